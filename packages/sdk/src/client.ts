@@ -1,0 +1,257 @@
+import { APIPromise } from './core/api-promise.js';
+import {
+  AiSuiteError,
+  APIConnectionError,
+  APIConnectionTimeoutError,
+  APIError,
+  APIUserAbortError,
+} from './core/errors.js';
+import { Catalogs } from './resources/catalogs.js';
+import type { Me } from './resources/types.js';
+
+export interface ClientOptions {
+  /** Workspace API key (`svc_ai_…`). Defaults to `process.env.AI_SUITE_API_KEY`. */
+  apiKey?: string;
+  /**
+   * A widget token instead of an API key, for browser code talking to the Apps endpoints.
+   * Never put an API key in client-side code.
+   */
+  widgetToken?: string;
+  /** Server origin or `…/api/v1` URL. Defaults to `AI_SUITE_BASE_URL` or `http://localhost:8080`. */
+  baseURL?: string;
+  /** Per-request timeout in ms (default 60 000). Streams time out only while waiting for headers. */
+  timeout?: number;
+  /** Retries on connection errors, 408, 409, 429 and 5xx (default 2). */
+  maxRetries?: number;
+  /** Custom fetch (default: global fetch). */
+  fetch?: typeof fetch;
+  defaultHeaders?: Record<string, string>;
+}
+
+export interface RequestOptions {
+  method: 'GET' | 'POST' | 'PATCH' | 'PUT' | 'DELETE';
+  path: string;
+  query?: Record<string, string | number | boolean | string[] | undefined | null>;
+  /** JSON body, or a ready body (FormData, stream) with `rawBody`. */
+  body?: unknown;
+  rawBody?: BodyInit;
+  headers?: Record<string, string>;
+  signal?: AbortSignal;
+  timeout?: number;
+  maxRetries?: number;
+  /** Send no credentials (public catalogs). */
+  noAuth?: boolean;
+}
+
+const env = (name: string): string | undefined =>
+  typeof process !== 'undefined' ? process.env?.[name] : undefined;
+
+const DEFAULT_TIMEOUT = 60_000;
+const MAX_RETRY_DELAY = 8_000;
+
+export function normalizeBaseURL(input: string): string {
+  const trimmed = input.replace(/\/+$/, '');
+  return /\/api\/v1$/.test(trimmed) ? trimmed : `${trimmed}/api/v1`;
+}
+
+const sleep = (ms: number, signal?: AbortSignal) =>
+  new Promise<void>((resolve, reject) => {
+    const t = setTimeout(resolve, ms);
+    signal?.addEventListener(
+      'abort',
+      () => {
+        clearTimeout(t);
+        reject(new APIUserAbortError());
+      },
+      { once: true },
+    );
+  });
+
+/**
+ * The AI Suite client. One instance per API key; resources hang off it
+ * (`client.catalogs`, `client.chat`, …).
+ */
+export class AiSuite {
+  readonly baseURL: string;
+  readonly timeout: number;
+  readonly maxRetries: number;
+  private readonly apiKey: string | undefined;
+  private readonly widgetToken: string | undefined;
+  private readonly fetchImpl: typeof fetch;
+  private readonly defaultHeaders: Record<string, string>;
+  private mePromise: Promise<Me> | undefined;
+
+  readonly catalogs: Catalogs;
+
+  constructor(opts: ClientOptions = {}) {
+    this.apiKey = opts.apiKey ?? (opts.widgetToken ? undefined : env('AI_SUITE_API_KEY'));
+    this.widgetToken = opts.widgetToken;
+    this.baseURL = normalizeBaseURL(opts.baseURL ?? env('AI_SUITE_BASE_URL') ?? 'http://localhost:8080');
+    this.timeout = opts.timeout ?? DEFAULT_TIMEOUT;
+    this.maxRetries = opts.maxRetries ?? 2;
+    this.fetchImpl = opts.fetch ?? ((...args) => fetch(...args));
+    this.defaultHeaders = opts.defaultHeaders ?? {};
+    this.catalogs = new Catalogs(this);
+  }
+
+  /** The workspace and key behind the credentials (`GET /me`), fetched once and cached. */
+  me(): Promise<Me> {
+    this.mePromise ??= this.request<Me>({ method: 'GET', path: '/me' }).then(
+      (v) => v,
+      (err) => {
+        this.mePromise = undefined;
+        throw err;
+      },
+    );
+    return this.mePromise;
+  }
+
+  /** The workspace id of the credentials; workspace-scoped resources use it. */
+  async workspaceId(): Promise<string> {
+    return (await this.me()).workspace.id;
+  }
+
+  /** A JSON request with retries; resolves to the parsed body. */
+  request<T>(opts: RequestOptions): APIPromise<T> {
+    return new APIPromise(
+      this.fetchWithRetries(opts).then(async (response) => {
+        const text = await response.text();
+        const data = (text ? JSON.parse(text) : undefined) as T;
+        return { data, response };
+      }),
+    );
+  }
+
+  /**
+   * A request whose body the caller reads (streams, downloads). Retries happen only before
+   * the response arrives; an error status is thrown as an `APIError`.
+   */
+  async requestRaw(opts: RequestOptions): Promise<Response> {
+    return this.fetchWithRetries(opts, { streaming: true });
+  }
+
+  buildURL(path: string, query?: RequestOptions['query']): string {
+    const url = new URL(this.baseURL + path);
+    for (const [k, v] of Object.entries(query ?? {})) {
+      if (v === undefined || v === null) continue;
+      if (Array.isArray(v)) for (const item of v) url.searchParams.append(k, item);
+      else url.searchParams.set(k, String(v));
+    }
+    return url.toString();
+  }
+
+  authHeaders(): Record<string, string> {
+    const token = this.apiKey ?? this.widgetToken;
+    return token ? { authorization: `Bearer ${token}` } : {};
+  }
+
+  private async fetchWithRetries(
+    opts: RequestOptions,
+    mode: { streaming?: boolean } = {},
+  ): Promise<Response> {
+    const maxRetries = opts.maxRetries ?? this.maxRetries;
+    const url = this.buildURL(opts.path, opts.query);
+    for (let attempt = 0; ; attempt++) {
+      const headers: Record<string, string> = {
+        accept: 'application/json',
+        ...this.defaultHeaders,
+        ...(opts.noAuth ? {} : this.authHeaders()),
+        ...opts.headers,
+      };
+      let body: BodyInit | undefined = opts.rawBody;
+      if (body === undefined && opts.body !== undefined) {
+        headers['content-type'] = 'application/json';
+        body = JSON.stringify(opts.body);
+      }
+      const timeout = opts.timeout ?? this.timeout;
+      const controller = new AbortController();
+      const onAbort = () => controller.abort();
+      opts.signal?.addEventListener('abort', onAbort, { once: true });
+      if (opts.signal?.aborted) controller.abort();
+      let timedOut = false;
+      const timer = setTimeout(() => {
+        timedOut = true;
+        controller.abort();
+      }, timeout);
+      let response: Response;
+      try {
+        response = await this.fetchImpl(url, {
+          method: opts.method,
+          headers,
+          body,
+          signal: controller.signal,
+          ...(body && typeof (body as ReadableStream).getReader === 'function' ? { duplex: 'half' } : {}),
+        } as RequestInit);
+      } catch (err) {
+        clearTimeout(timer);
+        opts.signal?.removeEventListener('abort', onAbort);
+        if (opts.signal?.aborted) throw new APIUserAbortError();
+        const error = timedOut
+          ? new APIConnectionTimeoutError()
+          : new APIConnectionError(undefined, { cause: err });
+        const replayable = !(body && typeof (body as ReadableStream).getReader === 'function');
+        if (attempt < maxRetries && replayable) {
+          await sleep(this.retryDelay(attempt), opts.signal);
+          continue;
+        }
+        throw error;
+      }
+      // For streams the timeout covers only the wait for headers.
+      if (mode.streaming) clearTimeout(timer);
+      if (response.ok) {
+        if (!mode.streaming) {
+          // Keep the timer until the body is read by `request`.
+          const done = () => {
+            clearTimeout(timer);
+            opts.signal?.removeEventListener('abort', onAbort);
+          };
+          const text = await response.text().finally(done);
+          return new Response(text, {
+            status: response.status,
+            statusText: response.statusText,
+            headers: response.headers,
+          });
+        }
+        // Keep listening to the caller's signal: aborting it cancels the stream.
+        return response;
+      }
+      clearTimeout(timer);
+      opts.signal?.removeEventListener('abort', onAbort);
+      const text = await response.text().catch(() => '');
+      let parsed: unknown = text;
+      try {
+        parsed = text ? JSON.parse(text) : undefined;
+      } catch {
+        /* not JSON */
+      }
+      const replayable = !(opts.rawBody && typeof (opts.rawBody as ReadableStream).getReader === 'function');
+      if (attempt < maxRetries && replayable && this.shouldRetry(response)) {
+        await sleep(this.retryDelay(attempt, response.headers), opts.signal);
+        continue;
+      }
+      throw APIError.from(response.status, parsed, response.headers, text || response.statusText);
+    }
+  }
+
+  private shouldRetry(res: Response): boolean {
+    const hint = res.headers.get('x-should-retry');
+    if (hint === 'true') return true;
+    if (hint === 'false') return false;
+    return res.status === 408 || res.status === 409 || res.status === 429 || res.status >= 500;
+  }
+
+  private retryDelay(attempt: number, headers?: Headers): number {
+    const ms = headers?.get('retry-after-ms');
+    if (ms && /^\d+$/.test(ms)) return Math.min(Number(ms), 60_000);
+    const ra = headers?.get('retry-after');
+    if (ra) {
+      if (/^\d+(\.\d+)?$/.test(ra)) return Math.min(Number(ra) * 1000, 60_000);
+      const date = Date.parse(ra);
+      if (!Number.isNaN(date)) return Math.max(0, Math.min(date - Date.now(), 60_000));
+    }
+    const base = Math.min(500 * 2 ** attempt, MAX_RETRY_DELAY);
+    return base * (1 - Math.random() * 0.25);
+  }
+}
+
+export { AiSuiteError };

@@ -1,0 +1,6 @@
+export { AiSuite, AiSuite as default, type ClientOptions, type RequestOptions } from './client.js';
+export { APIPromise } from './core/api-promise.js';
+export * from './core/errors.js';
+export { readServerSentEvents, readTextChunks, type ServerSentEvent } from './core/sse.js';
+export type { components, paths } from './generated/openapi.js';
+export type * from './resources/types.js';

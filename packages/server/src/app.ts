@@ -1,0 +1,59 @@
+import express, { type Express } from 'express';
+import helmet from 'helmet';
+import { pinoHttp } from 'pino-http';
+import type { ServerDeps } from './context.js';
+import { docsRouter } from './http/docs.js';
+import { AppError, errorHandler, sendError } from './http/errors.js';
+import { buildOpenApiDocument } from './http/openapi-doc.js';
+import { openApiHandler } from './http/openapi-handler.js';
+import { rawRouteModules } from './http/raw-routes.js';
+import { requestId } from './http/request-id.js';
+import { appRouter } from './router.js';
+
+/** Assembles the express application. No I/O here: `createServer` owns start-up. */
+export function createApp(deps: ServerDeps): Express {
+  const app = express();
+  app.disable('x-powered-by');
+  app.set('trust proxy', deps.config.env.TRUST_PROXY ?? false);
+  app.set('etag', false);
+  app.use(requestId);
+  app.use(
+    pinoHttp({
+      logger: deps.log,
+      genReqId: (req) => (req as express.Request).requestId ?? '',
+      autoLogging: { ignore: (req) => req.url === '/healthz' || req.url === '/readyz' },
+      customLogLevel: (_req, res, err) =>
+        err || res.statusCode >= 500 ? 'error' : res.statusCode >= 400 ? 'warn' : 'info',
+    }),
+  );
+
+  app.get('/healthz', (_req, res) => {
+    res.json({ status: 'ok' });
+  });
+  app.get('/readyz', async (_req, res) => {
+    try {
+      await deps.em().execute('select 1');
+      res.json({ status: 'ready', database: deps.db.kind });
+    } catch {
+      res.status(503).json({ error: 'Service temporarily unavailable' });
+    }
+  });
+
+  let doc: ReturnType<typeof buildOpenApiDocument> | undefined;
+  app.get('/api/v1/openapi.json', (_req, res) => {
+    doc ??= buildOpenApiDocument();
+    res.json(doc);
+  });
+  app.use('/docs', helmet({ contentSecurityPolicy: false }), docsRouter('/api/v1/openapi.json'));
+
+  const v1 = express.Router();
+  v1.use(helmet({ contentSecurityPolicy: false, crossOriginResourcePolicy: false }));
+  for (const mod of rawRouteModules) mod.mount(v1, deps);
+  v1.use(openApiHandler(appRouter, deps));
+  app.use('/api/v1', v1);
+
+  // Anything else, including other versions under /api: 404 with the standard body.
+  app.use((_req, res) => sendError(res, new AppError(404, 'Not found', 'NOT_FOUND')));
+  app.use(errorHandler(deps.log));
+  return app;
+}

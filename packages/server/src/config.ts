@@ -1,0 +1,98 @@
+import path from 'node:path';
+import { z } from 'zod';
+
+const optionalString = z
+  .string()
+  .optional()
+  .transform((v) => (v === undefined || v.trim() === '' ? undefined : v.trim()));
+
+const intFromEnv = (fallback: number) =>
+  z
+    .string()
+    .optional()
+    .transform((v, ctx) => {
+      if (v === undefined || v.trim() === '') return fallback;
+      const n = Number(v);
+      if (!Number.isFinite(n)) {
+        ctx.addIssue({ code: 'custom', message: `expected a number, got "${v}"` });
+        return z.NEVER;
+      }
+      return n;
+    });
+
+/**
+ * One validated view of the environment. Everything the server reads from `process.env`
+ * goes through here, so a bad value fails at start with a clear message, not later.
+ */
+export const ConfigSchema = z.object({
+  PORT: intFromEnv(8080),
+  HOST: z.string().default('0.0.0.0'),
+  DATA_DIR: z.string().default('./.data'),
+  DATABASE_URL: optionalString,
+  LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+  PUBLIC_BASE_URL: optionalString,
+  /** Secret used to sign URLs and webhooks; derived and persisted under DATA_DIR when unset. */
+  SIGNING_SECRET: optionalString,
+  INIT_WORKSPACE_NAME: optionalString,
+  INIT_USER_EMAIL: optionalString,
+  INIT_USER_PASSWORD: optionalString,
+  INIT_API_KEY: optionalString,
+  INIT_CREDITS_USD: optionalString,
+  INIT_MONTHLY_TOKEN_QUOTA: optionalString,
+  SHUTDOWN_GRACE_MS: intFromEnv(10_000),
+});
+
+export type Env = z.infer<typeof ConfigSchema>;
+
+export interface Config {
+  port: number;
+  host: string;
+  dataDir: string;
+  databaseUrl: string | undefined;
+  logLevel: Env['LOG_LEVEL'];
+  publicBaseUrl: string | undefined;
+  signingSecret: string | undefined;
+  shutdownGraceMs: number;
+  init: {
+    workspaceName?: string;
+    userEmail?: string;
+    userPassword?: string;
+    apiKey?: string;
+    creditsUsd?: string;
+    monthlyTokenQuota?: string;
+  };
+  /** Raw environment, for domains that read their own optional settings. */
+  env: Record<string, string | undefined>;
+}
+
+export class ConfigError extends Error {
+  override name = 'ConfigError';
+}
+
+export function loadConfig(env: Record<string, string | undefined> = process.env): Config {
+  const parsed = ConfigSchema.safeParse(env);
+  if (!parsed.success) {
+    const lines = parsed.error.issues.map((i) => `  ${i.path.join('.')}: ${i.message}`);
+    throw new ConfigError(`Invalid configuration:\n${lines.join('\n')}`);
+  }
+  const e = parsed.data;
+  return {
+    port: e.PORT,
+    host: e.HOST,
+    dataDir: path.resolve(e.DATA_DIR),
+    databaseUrl: e.DATABASE_URL,
+    logLevel: e.LOG_LEVEL,
+    publicBaseUrl: e.PUBLIC_BASE_URL,
+    signingSecret: e.SIGNING_SECRET,
+    shutdownGraceMs: e.SHUTDOWN_GRACE_MS,
+    init: {
+      workspaceName: e.INIT_WORKSPACE_NAME,
+      userEmail: e.INIT_USER_EMAIL,
+      userPassword: e.INIT_USER_PASSWORD,
+      apiKey: e.INIT_API_KEY,
+      creditsUsd: e.INIT_CREDITS_USD,
+      monthlyTokenQuota: e.INIT_MONTHLY_TOKEN_QUOTA,
+    },
+    env,
+  };
+}

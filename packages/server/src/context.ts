@@ -1,0 +1,16 @@
+import type { EntityManager } from '@mikro-orm/postgresql';
+import type { Logger } from 'pino';
+import type { Config } from './config.js';
+import type { Database } from './db/orm.js';
+
+/**
+ * What every request and background job can reach. Built once at start by `createServer`;
+ * capability domains add their services here.
+ */
+export interface ServerDeps {
+  config: Config;
+  db: Database;
+  log: Logger;
+  /** A fresh entity manager for one unit of work (request, job, stream). */
+  em(): EntityManager;
+}

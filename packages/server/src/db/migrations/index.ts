@@ -1,0 +1,10 @@
+import type { MigrationObject } from '@mikro-orm/core';
+import { Migration20261121000000_foundation } from './Migration20261121000000_foundation.js';
+
+/**
+ * Every migration, in order. Listed explicitly (not globbed) so the bundled server and the
+ * test runner apply exactly the same set. Add new migrations at the end.
+ */
+export const migrationsList: MigrationObject[] = [
+  { name: 'Migration20261121000000_foundation', class: Migration20261121000000_foundation },
+];

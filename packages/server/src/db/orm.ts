@@ -1,0 +1,109 @@
+import { MikroORM } from '@mikro-orm/core';
+import { Migrator } from '@mikro-orm/migrations';
+import { PostgreSqlDriver } from '@mikro-orm/postgresql';
+import { foundationEntities } from '../domains/workspaces/entities.js';
+import { type EmbeddedPostgres, findEmbeddedOwner, startEmbeddedPostgres } from './embedded.js';
+import { migrationsList } from './migrations/index.js';
+
+/** Every entity of every domain. Domains append theirs here. */
+export const allEntities = [...foundationEntities];
+
+export type Orm = MikroORM<PostgreSqlDriver>;
+
+export interface Database {
+  orm: Orm;
+  /** `embedded` when this process talks to PGlite (its own or another process's). */
+  kind: 'embedded' | 'server';
+  /** Set only when this process owns the embedded database. */
+  embedded?: EmbeddedPostgres;
+  close(): Promise<void>;
+}
+
+export interface OpenDatabaseOptions {
+  databaseUrl?: string;
+  dataDir?: string;
+  /** An embedded database already started by the caller (tests); not closed by `close()`. */
+  embedded?: EmbeddedPostgres;
+  migrate?: boolean;
+  poolMax?: number;
+  debug?: boolean;
+}
+
+async function initOrm(
+  connection: { clientUrl: string } | { host: string; port: number },
+  poolMax: number,
+  debug: boolean,
+): Promise<Orm> {
+  return MikroORM.init({
+    driver: PostgreSqlDriver,
+    ...('clientUrl' in connection
+      ? { clientUrl: connection.clientUrl }
+      : { host: connection.host, port: connection.port, user: 'postgres', dbName: 'postgres' }),
+    entities: allEntities,
+    extensions: [Migrator],
+    migrations: {
+      migrationsList,
+      transactional: true,
+      allOrNothing: true,
+      snapshot: false,
+      tableName: 'mikro_orm_migrations',
+      silent: true,
+    },
+    pool: { min: 0, max: poolMax },
+    allowGlobalContext: false,
+    discovery: { warnWhenNoEntities: false },
+    debug,
+    ensureDatabase: false,
+  });
+}
+
+/**
+ * Opens the system of record: a PostgreSQL server when `databaseUrl` is given, otherwise the
+ * embedded PGlite under `dataDir` (or the caller's `embedded` instance). When another process
+ * already owns that data directory, this one connects through the owner's socket.
+ */
+export async function openDatabase(opts: OpenDatabaseOptions): Promise<Database> {
+  const poolMax = opts.poolMax ?? 10;
+  const debug = opts.debug ?? process.env.ORM_DEBUG === '1';
+  let orm: Orm;
+  let owned: EmbeddedPostgres | undefined;
+  let kind: Database['kind'] = 'embedded';
+  if (opts.databaseUrl) {
+    kind = 'server';
+    orm = await initOrm({ clientUrl: opts.databaseUrl }, poolMax, debug);
+  } else if (opts.embedded) {
+    orm = await initOrm({ host: opts.embedded.socketDir, port: opts.embedded.port }, poolMax, debug);
+  } else {
+    if (!opts.dataDir) throw new Error('openDatabase needs databaseUrl, dataDir or embedded');
+    const owner = await findEmbeddedOwner(opts.dataDir);
+    if (owner) {
+      orm = await initOrm({ host: owner.socketDir, port: owner.port }, poolMax, debug);
+    } else {
+      owned = await startEmbeddedPostgres({ dataDir: opts.dataDir });
+      try {
+        orm = await initOrm({ host: owned.socketDir, port: owned.port }, poolMax, debug);
+      } catch (err) {
+        await owned.close();
+        throw err;
+      }
+    }
+  }
+  if (opts.migrate ?? true) {
+    try {
+      await orm.getMigrator().up();
+    } catch (err) {
+      await orm.close(true);
+      await owned?.close();
+      throw err;
+    }
+  }
+  return {
+    orm,
+    kind,
+    embedded: owned ?? opts.embedded,
+    async close() {
+      await orm.close(true);
+      await owned?.close();
+    },
+  };
+}

@@ -1,0 +1,330 @@
+import { randomUUID } from 'node:crypto';
+import type { EntityManager } from '@mikro-orm/postgresql';
+import { hash as argonHash } from '@node-rs/argon2';
+import { displayPrefix, generateApiKey, hashApiKey, isWellFormedApiKey } from '../../auth/api-keys.js';
+import type { Principal } from '../../auth/principal.js';
+import { AppError, badRequest, conflict, forbidden, notFound } from '../../http/errors.js';
+import {
+  type ApiKey,
+  ApiKeyEntity,
+  AppEntity,
+  CreditLedgerEntity,
+  MembershipEntity,
+  type Role,
+  UserEntity,
+  type Workspace,
+  WorkspaceEntity,
+} from './entities.js';
+
+export const MAX_ACTIVE_KEYS = 10;
+export const MICROS_PER_USD = 1_000_000;
+
+export interface WorkspaceDto {
+  id: string;
+  name: string;
+  status: string;
+  monthlyTokenQuota: number | null;
+  creditBalanceUsd: number;
+  billingCycleAnchor: string;
+  createdAt: string;
+}
+
+export interface ApiKeyDto {
+  id: string;
+  workspaceId: string;
+  name: string | null;
+  prefix: string;
+  createdAt: string;
+  lastUsedAt: string | null;
+  revokedAt: string | null;
+  usage: { requests: number; inputTokens: number; outputTokens: number; costUsd: number };
+}
+
+export const toWorkspaceDto = (w: Workspace): WorkspaceDto => ({
+  id: w.id,
+  name: w.name,
+  status: w.status,
+  monthlyTokenQuota: w.monthlyTokenQuota ?? null,
+  creditBalanceUsd: Number(w.creditBalanceMicros) / MICROS_PER_USD,
+  billingCycleAnchor: w.billingCycleAnchor.toISOString(),
+  createdAt: w.createdAt.toISOString(),
+});
+
+export const toApiKeyDto = (k: ApiKey): ApiKeyDto => ({
+  id: k.id,
+  workspaceId: k.workspaceId,
+  name: k.name ?? null,
+  prefix: k.keyPrefix,
+  createdAt: k.createdAt.toISOString(),
+  lastUsedAt: k.lastUsedAt?.toISOString() ?? null,
+  revokedAt: k.revokedAt?.toISOString() ?? null,
+  usage: {
+    requests: Number(k.requestCount),
+    inputTokens: Number(k.inputTokens),
+    outputTokens: Number(k.outputTokens),
+    costUsd: Number(k.costMicros) / MICROS_PER_USD,
+  },
+});
+
+const isUuid = (s: string) => /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(s);
+
+/** Parses a dollar amount ("12.50") into integer micro-dollars without float drift. */
+export function usdToMicros(input: string | number): number {
+  const s = String(input).trim();
+  const m = /^(\d+)(?:\.(\d{1,6}))?$/.exec(s);
+  if (!m) throw badRequest(`Invalid amount "${s}": use a non-negative number of dollars`);
+  const whole = Number(m[1]);
+  const frac = Number((m[2] ?? '').padEnd(6, '0'));
+  const micros = whole * MICROS_PER_USD + frac;
+  if (!Number.isSafeInteger(micros)) throw badRequest(`Amount "${s}" is too large`);
+  return micros;
+}
+
+export function parseTokenQuota(input: string | number | null): number | null {
+  if (input === null || input === 'unlimited' || input === 'none') return null;
+  const n = Number(input);
+  if (!Number.isSafeInteger(n) || n < 0) {
+    throw badRequest(`Invalid token quota "${input}": use a non-negative integer or "unlimited"`);
+  }
+  return n;
+}
+
+/**
+ * Workspaces, users, API keys and credit grants: what an operator (CLI, headless init, the
+ * future web console) manages. Requests from integrators only ever read through `me`.
+ */
+export class WorkspacesService {
+  constructor(private readonly em: EntityManager) {}
+
+  async findWorkspace(idOrName: string): Promise<Workspace | null> {
+    if (isUuid(idOrName)) {
+      const byId = await this.em.findOne(WorkspaceEntity, { id: idOrName });
+      if (byId) return byId;
+    }
+    return this.em.findOne(WorkspaceEntity, {
+      name: { $ilike: idOrName.replace(/[\\%_]/g, (c) => `\\${c}`) },
+    });
+  }
+
+  async requireWorkspace(idOrName: string): Promise<Workspace> {
+    const ws = await this.findWorkspace(idOrName);
+    if (!ws) throw notFound(`Workspace not found: ${idOrName}`);
+    return ws;
+  }
+
+  async listWorkspaces(): Promise<Workspace[]> {
+    return this.em.find(WorkspaceEntity, {}, { orderBy: { createdAt: 'asc' } });
+  }
+
+  async createWorkspace(input: { name: string; monthlyTokenQuota?: number | null }): Promise<Workspace> {
+    const name = input.name.trim();
+    if (!name) throw badRequest('Workspace name is required');
+    if (await this.findWorkspace(name)) throw conflict(`Workspace "${name}" already exists`);
+    const ws = this.em.create(WorkspaceEntity, {
+      id: randomUUID(),
+      name,
+      monthlyTokenQuota: input.monthlyTokenQuota ?? null,
+    } as Workspace);
+    await this.em.flush();
+    return ws;
+  }
+
+  async setMonthlyTokenQuota(workspaceId: string, quota: number | null): Promise<Workspace> {
+    const ws = await this.requireWorkspace(workspaceId);
+    ws.monthlyTokenQuota = quota;
+    await this.em.flush();
+    return ws;
+  }
+
+  async ensureUser(email: string, password?: string): Promise<{ id: string; created: boolean }> {
+    const normalized = email.trim().toLowerCase();
+    if (!/^[^\s@]+@[^\s@]+$/.test(normalized)) throw badRequest(`Invalid email "${email}"`);
+    const existing = await this.em.findOne(UserEntity, { email: normalized });
+    if (existing) return { id: existing.id, created: false };
+    const user = this.em.create(UserEntity, {
+      id: randomUUID(),
+      email: normalized,
+      passwordHash: password ? await argonHash(password) : null,
+    } as never);
+    await this.em.flush();
+    return { id: (user as { id: string }).id, created: true };
+  }
+
+  async ensureMembership(workspaceId: string, userId: string, role: Role): Promise<void> {
+    const existing = await this.em.findOne(MembershipEntity, { workspaceId, userId });
+    if (existing) return;
+    this.em.create(MembershipEntity, { workspaceId, userId, role } as never);
+    await this.em.flush();
+  }
+
+  /**
+   * Creates a key (spec 2.1 / 5): at most 10 active per workspace, only owners and admins
+   * when an acting user is named. `presetKey` lets an operator choose the key (headless init).
+   * Returns the plaintext once; only its hash is stored.
+   */
+  async createApiKey(input: {
+    workspaceId: string;
+    name?: string | null;
+    actingUserId?: string;
+    presetKey?: string;
+  }): Promise<{ key: string; apiKey: ApiKey }> {
+    if (input.presetKey !== undefined && !isWellFormedApiKey(input.presetKey)) {
+      throw badRequest('API key must be "svc_ai_" followed by 64 letters or digits');
+    }
+    return this.em.transactional(async (em) => {
+      // Lock the workspace row so concurrent creations cannot both pass the limit.
+      const rows = await em.execute<{ id: string }[]>('select id from workspaces where id = ? for update', [
+        input.workspaceId,
+      ]);
+      if (rows.length === 0) throw notFound(`Workspace not found: ${input.workspaceId}`);
+      if (input.actingUserId) {
+        const m = await em.findOne(MembershipEntity, {
+          workspaceId: input.workspaceId,
+          userId: input.actingUserId,
+        });
+        if (!m || (m.role !== 'owner' && m.role !== 'admin')) {
+          throw forbidden('Insufficient permissions to create API keys');
+        }
+      }
+      const active = await em.count(ApiKeyEntity, {
+        workspaceId: input.workspaceId,
+        revokedAt: null,
+      });
+      if (active >= MAX_ACTIVE_KEYS) {
+        throw new AppError(
+          400,
+          `A workspace can have at most ${MAX_ACTIVE_KEYS} active API keys`,
+          'API_KEY_LIMIT_REACHED',
+        );
+      }
+      const key = input.presetKey ?? generateApiKey();
+      const keyHash = hashApiKey(key);
+      if (await em.findOne(ApiKeyEntity, { keyHash })) {
+        throw conflict('This API key is already registered');
+      }
+      const apiKey = em.create(ApiKeyEntity, {
+        id: randomUUID(),
+        workspaceId: input.workspaceId,
+        name: input.name?.trim() || null,
+        keyHash,
+        keyPrefix: displayPrefix(key),
+        createdBy: input.actingUserId ?? null,
+      } as ApiKey);
+      await em.flush();
+      return { key, apiKey };
+    });
+  }
+
+  async listApiKeys(workspaceId: string, opts: { includeRevoked?: boolean } = {}) {
+    return this.em.find(
+      ApiKeyEntity,
+      opts.includeRevoked ? { workspaceId } : { workspaceId, revokedAt: null },
+      { orderBy: { createdAt: 'asc' } },
+    );
+  }
+
+  async revokeApiKey(workspaceId: string, keyId: string): Promise<ApiKey> {
+    const key = isUuid(keyId) ? await this.em.findOne(ApiKeyEntity, { id: keyId, workspaceId }) : null;
+    if (!key) throw notFound('API key not found');
+    if (!key.revokedAt) {
+      key.revokedAt = new Date();
+      await this.em.flush();
+    }
+    return key;
+  }
+
+  /** Adds credits and writes the ledger line in one transaction. */
+  async grantCredits(workspaceId: string, micros: number, reason = 'grant', ref?: string) {
+    if (!Number.isSafeInteger(micros) || micros <= 0) {
+      throw badRequest('Credit amount must be greater than zero');
+    }
+    return this.em.transactional(async (em) => {
+      const rows = await em.execute<{ credit_balance_micros: string }[]>(
+        'update workspaces set credit_balance_micros = credit_balance_micros + ?, updated_at = now() where id = ? returning credit_balance_micros',
+        [micros, workspaceId],
+      );
+      const row = rows[0];
+      if (!row) throw notFound(`Workspace not found: ${workspaceId}`);
+      const balance = Number(row.credit_balance_micros);
+      em.create(CreditLedgerEntity, {
+        id: randomUUID(),
+        workspaceId,
+        amountMicros: micros,
+        balanceAfterMicros: balance,
+        kind: 'grant',
+        reason,
+        ref: ref ?? null,
+      } as never);
+      await em.flush();
+      return { balanceMicros: balance };
+    });
+  }
+
+  async createApp(input: {
+    workspaceId: string;
+    name: string;
+    systemPrompt?: string | null;
+    modelId?: string | null;
+    description?: string | null;
+  }) {
+    const name = input.name.trim();
+    if (!name) throw badRequest('name is required');
+    const app = this.em.create(AppEntity, {
+      id: randomUUID(),
+      workspaceId: input.workspaceId,
+      appType: 'app',
+      name,
+      systemPrompt: input.systemPrompt ?? null,
+      modelId: input.modelId ?? null,
+      description: input.description ?? null,
+      config: {},
+    } as never);
+    await this.em.flush();
+    return app as { id: string; name: string; workspaceId: string; createdAt: Date };
+  }
+}
+
+/** `last_used_at` is written at most once per this interval per key. */
+const LAST_USED_RESOLUTION_MS = 60_000;
+
+/**
+ * Resolves a bearer key to its principal: one indexed read on the key hash, joined with the
+ * workspace so a suspended workspace's keys stop working too.
+ */
+export async function resolveApiKey(
+  em: EntityManager,
+  key: string | undefined,
+): Promise<Principal | undefined> {
+  if (!key || !isWellFormedApiKey(key)) return undefined;
+  const rows = await em.execute<
+    {
+      id: string;
+      name: string | null;
+      workspace_id: string;
+      workspace_name: string;
+      last_used_at: Date | null;
+    }[]
+  >(
+    `select k.id, k.name, k.workspace_id, w.name as workspace_name, k.last_used_at
+       from api_keys k join workspaces w on w.id = k.workspace_id
+      where k.key_hash = ? and k.revoked_at is null and w.status = 'active'`,
+    [hashApiKey(key)],
+  );
+  const row = rows[0];
+  if (!row) return undefined;
+  const last = row.last_used_at ? new Date(row.last_used_at).getTime() : 0;
+  if (Date.now() - last > LAST_USED_RESOLUTION_MS) {
+    // Off the request path: a failed bookkeeping write must not fail the request.
+    void em
+      .fork()
+      .execute('update api_keys set last_used_at = now() where id = ?', [row.id])
+      .catch(() => {});
+  }
+  return {
+    via: 'apiKey',
+    workspaceId: row.workspace_id,
+    workspaceName: row.workspace_name,
+    keyId: row.id,
+    keyName: row.name,
+  };
+}

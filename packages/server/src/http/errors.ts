@@ -1,0 +1,101 @@
+import type { NextFunction, Request, Response } from 'express';
+import { z } from 'zod';
+
+/** The one error body of the API: `{ error, code?, details? }` (spec section 7). */
+export const ErrorBodySchema = z
+  .object({
+    error: z.string(),
+    code: z.string().optional(),
+    details: z.record(z.string(), z.unknown()).optional(),
+  })
+  .meta({ id: 'ErrorBody', description: 'Standard error body of every failed request.' });
+
+export type ErrorBody = z.infer<typeof ErrorBodySchema>;
+
+/**
+ * The error every layer throws. Services throw it; the tRPC wrapper, raw routes, SSE writers
+ * and the final express handler all render it the same way.
+ */
+export class AppError extends Error {
+  override name = 'AppError';
+  constructor(
+    readonly status: number,
+    message: string,
+    readonly code?: string,
+    readonly details?: Record<string, unknown>,
+    readonly headers?: Record<string, string>,
+  ) {
+    super(message);
+  }
+
+  toBody(): ErrorBody {
+    const body: ErrorBody = { error: this.message };
+    if (this.code !== undefined) body.code = this.code;
+    if (this.details !== undefined) body.details = this.details;
+    return body;
+  }
+}
+
+export const badRequest = (message: string, code?: string, details?: Record<string, unknown>) =>
+  new AppError(400, message, code, details);
+export const unauthorized = (message = 'Invalid API key') => new AppError(401, message);
+export const forbidden = (message: string, code?: string) => new AppError(403, message, code);
+export const notFound = (message: string, code?: string) => new AppError(404, message, code);
+export const conflict = (message: string, code?: string, details?: Record<string, unknown>) =>
+  new AppError(409, message, code, details);
+
+export const INVALID_REQUEST_BODY = 'Invalid request body';
+
+/** Messages zod writes by itself (as opposed to the spec's own, set on each schema). */
+const ZOD_DEFAULT_MESSAGE =
+  /^(Invalid (input|option|string|key|element|union|type|format|number|date)\b|Too (big|small)|Unrecognized|Expected|Required$)/;
+
+interface IssueLike {
+  path: readonly PropertyKey[];
+  message: string;
+}
+
+/**
+ * A validation failure becomes the spec's message when the schema carries one, or
+ * `<path>: <zod message>` otherwise, with every issue listed under `details.issues`.
+ */
+export function validationError(issues: readonly IssueLike[]): AppError {
+  const first = issues[0];
+  const render = (i: IssueLike) => {
+    const p = i.path.map(String).join('.');
+    return ZOD_DEFAULT_MESSAGE.test(i.message) && p ? `${p}: ${i.message}` : i.message;
+  };
+  return new AppError(400, first ? render(first) : INVALID_REQUEST_BODY, 'VALIDATION_ERROR', {
+    issues: issues.map((i) => ({ path: i.path.map(String).join('.'), message: i.message })),
+  });
+}
+
+export function sendError(res: Response, err: AppError): void {
+  if (res.headersSent) {
+    res.destroy(err);
+    return;
+  }
+  if (err.headers) for (const [k, v] of Object.entries(err.headers)) res.setHeader(k, v);
+  res.status(err.status).json(err.toBody());
+}
+
+/** Turns anything thrown into an AppError; unknown errors become an opaque 500. */
+export function toAppError(err: unknown): AppError {
+  if (err instanceof AppError) return err;
+  if (err instanceof z.ZodError) return validationError(err.issues);
+  const e = err as { type?: string; status?: number; statusCode?: number; expose?: boolean };
+  // body-parser errors: malformed JSON, wrong charset, too large
+  if (e?.type === 'entity.parse.failed' || e?.type === 'charset.unsupported') {
+    return new AppError(400, INVALID_REQUEST_BODY);
+  }
+  if (e?.type === 'entity.too.large') return new AppError(413, 'Request body too large');
+  return new AppError(500, 'Internal server error', 'INTERNAL_ERROR');
+}
+
+export function errorHandler(log: { error: (obj: unknown, msg?: string) => void }) {
+  return (err: unknown, _req: Request, res: Response, _next: NextFunction) => {
+    const appErr = toAppError(err);
+    if (appErr.status >= 500) log.error({ err }, 'request failed');
+    sendError(res, appErr);
+  };
+}

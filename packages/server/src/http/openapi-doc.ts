@@ -1,0 +1,72 @@
+import { generateOpenApiDocument, type OpenAPIObject } from 'trpc-to-openapi';
+import type { ZodOpenApiPathsObject } from 'zod-openapi';
+import { appRouter } from '../router.js';
+import type { Meta } from '../trpc.js';
+import { ErrorBodySchema } from './errors.js';
+import { rawRouteModules } from './raw-routes.js';
+
+export const API_VERSION = '1.0.0';
+
+function successStatuses(): Map<string, number> {
+  const out = new Map<string, number>();
+  const procs = (appRouter._def as unknown as { procedures: Record<string, { _def: { meta?: Meta } }> })
+    .procedures;
+  for (const proc of Object.values(procs)) {
+    const meta = proc._def.meta;
+    if (meta?.status && meta.openapi) {
+      out.set(`${meta.openapi.method.toLowerCase()} ${meta.openapi.path}`, meta.status);
+    }
+  }
+  return out;
+}
+
+const errorRef = { $ref: '#/components/schemas/ErrorBody' };
+
+/**
+ * The OpenAPI 3.1 document of every /api/v1 operation: tRPC procedures and raw routes.
+ * Post-processed so every error response references the one `ErrorBody` schema and
+ * created resources answer 201.
+ */
+export function buildOpenApiDocument(): OpenAPIObject {
+  const paths: ZodOpenApiPathsObject = {};
+  for (const mod of rawRouteModules) {
+    for (const [p, item] of Object.entries(mod.openapi)) {
+      paths[p] = { ...(paths[p] ?? {}), ...item };
+    }
+  }
+  const doc = generateOpenApiDocument(appRouter, {
+    title: 'AI Suite API',
+    version: API_VERSION,
+    openApiVersion: '3.1.0',
+    baseUrl: '/api/v1',
+    description:
+      'Workspace-scoped AI service: chat, managed agents, apps, storage and catalogs. Every error body is `{ error, code?, details? }`.',
+    securitySchemes: {
+      Authorization: { type: 'http', scheme: 'bearer', description: 'Workspace API key `svc_ai_…`' },
+    },
+    paths,
+    defs: { ErrorBody: ErrorBodySchema },
+  });
+  const statuses = successStatuses();
+  for (const [p, item] of Object.entries(doc.paths ?? {})) {
+    for (const [method, op] of Object.entries(item as Record<string, unknown>)) {
+      const operation = op as { responses?: Record<string, unknown> } | undefined;
+      if (!operation?.responses) continue;
+      const created = statuses.get(`${method} ${p}`);
+      if (created && operation.responses['200']) {
+        operation.responses[String(created)] = operation.responses['200'];
+        delete operation.responses['200'];
+      }
+      for (const [status, resp] of Object.entries(operation.responses)) {
+        if (Number(status) >= 400 || status === 'default') {
+          const description = (resp as { description?: string }).description ?? 'Error';
+          operation.responses[status] = {
+            description,
+            content: { 'application/json': { schema: errorRef } },
+          };
+        }
+      }
+    }
+  }
+  return doc;
+}

@@ -1,0 +1,17 @@
+import type { Router } from 'express';
+import type { ZodOpenApiPathsObject } from 'zod-openapi';
+import type { ServerDeps } from '../context.js';
+
+/**
+ * Routes trpc-to-openapi cannot express (SSE, multipart, file streams): plain express
+ * handlers mounted under /api/v1 before the tRPC handler, described in the same OpenAPI
+ * document through `openapi`.
+ */
+export interface RawRouteModule {
+  name: string;
+  mount(router: Router, deps: ServerDeps): void;
+  openapi: ZodOpenApiPathsObject;
+}
+
+/** Every raw route module. Domains append theirs here. */
+export const rawRouteModules: RawRouteModule[] = [];

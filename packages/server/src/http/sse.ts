@@ -1,0 +1,87 @@
+import type { Response } from 'express';
+
+export interface SseMessage {
+  data: string;
+  event?: string;
+  id?: string | number;
+  retry?: number;
+}
+
+const NO_NEWLINE = /[\r\n]/;
+
+/**
+ * Writes `text/event-stream` responses. Multi-line data is split into several `data:` lines;
+ * `event` and `id` may not contain CR/LF (they would forge fields). A heartbeat comment keeps
+ * idle proxies from closing the connection. Writes after the client left are dropped.
+ */
+export class SseWriter {
+  private heartbeat: NodeJS.Timeout | undefined;
+  private closed = false;
+
+  constructor(
+    private readonly res: Response,
+    opts: { heartbeatMs?: number; status?: number } = {},
+  ) {
+    res.status(opts.status ?? 200);
+    res.setHeader('Content-Type', 'text/event-stream; charset=utf-8');
+    res.setHeader('Cache-Control', 'no-cache');
+    res.setHeader('Connection', 'keep-alive');
+    res.setHeader('X-Accel-Buffering', 'no');
+    res.flushHeaders();
+    res.socket?.setNoDelay(true);
+    res.on('close', () => this.stop());
+    if (opts.heartbeatMs && opts.heartbeatMs > 0) {
+      this.heartbeat = setInterval(() => this.comment('heartbeat'), opts.heartbeatMs);
+      this.heartbeat.unref();
+    }
+  }
+
+  get isClosed(): boolean {
+    return this.closed || this.res.writableEnded || this.res.destroyed;
+  }
+
+  send(msg: SseMessage): boolean {
+    if (this.isClosed) return false;
+    let out = '';
+    if (msg.event !== undefined) {
+      if (NO_NEWLINE.test(msg.event)) throw new Error('SSE event name may not contain a newline');
+      out += `event: ${msg.event}\n`;
+    }
+    if (msg.id !== undefined) {
+      const id = String(msg.id);
+      if (NO_NEWLINE.test(id)) throw new Error('SSE id may not contain a newline');
+      out += `id: ${id}\n`;
+    }
+    if (msg.retry !== undefined) out += `retry: ${Math.trunc(msg.retry)}\n`;
+    for (const line of msg.data.split(/\r\n|\r|\n/)) out += `data: ${line}\n`;
+    out += '\n';
+    return this.res.write(out);
+  }
+
+  /** One JSON event whose SSE `event:` is its `type` (our stream convention). */
+  sendJson(payload: { type: string } & Record<string, unknown>, id?: string | number): boolean {
+    return this.send({ event: payload.type, id, data: JSON.stringify(payload) });
+  }
+
+  comment(text: string): void {
+    if (this.isClosed) return;
+    this.res.write(`: ${text.replace(/[\r\n]+/g, ' ')}\n\n`);
+  }
+
+  end(): void {
+    this.stop();
+    if (!this.res.writableEnded) this.res.end();
+  }
+
+  /** Ends the response so the client sees a failure, not a complete stream. */
+  abort(): void {
+    this.stop();
+    this.res.destroy();
+  }
+
+  private stop(): void {
+    this.closed = true;
+    if (this.heartbeat) clearInterval(this.heartbeat);
+    this.heartbeat = undefined;
+  }
+}

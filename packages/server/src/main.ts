@@ -1,0 +1,43 @@
+import { ConfigError, loadConfig } from './config.js';
+import { createLogger } from './logger.js';
+import { createServer } from './server.js';
+
+async function main() {
+  let config: ReturnType<typeof loadConfig>;
+  try {
+    config = loadConfig();
+  } catch (err) {
+    if (err instanceof ConfigError) {
+      process.stderr.write(`${err.message}\n`);
+      process.exit(2);
+    }
+    throw err;
+  }
+  const log = createLogger(config.logLevel);
+  const server = await createServer({ config, logger: log });
+  const { url } = await server.listen();
+  log.info(
+    { url, database: server.deps.db.kind, dataDir: config.databaseUrl ? undefined : config.dataDir },
+    `AI Suite listening on ${url} (API reference at ${url}/docs)`,
+  );
+  let stopping = false;
+  const stop = (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    log.info({ signal }, 'shutting down');
+    server.close().then(
+      () => process.exit(0),
+      (err) => {
+        log.error({ err }, 'shutdown failed');
+        process.exit(1);
+      },
+    );
+  };
+  process.on('SIGTERM', () => stop('SIGTERM'));
+  process.on('SIGINT', () => stop('SIGINT'));
+}
+
+main().catch((err) => {
+  process.stderr.write(`Failed to start: ${err instanceof Error ? err.message : String(err)}\n`);
+  process.exit(1);
+});

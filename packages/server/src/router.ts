@@ -1,0 +1,11 @@
+import { catalogsRouter } from './domains/catalogs/router.js';
+import { workspacesRouter } from './domains/workspaces/router.js';
+import { router } from './trpc.js';
+
+/** Every tRPC procedure of the API, each exposed as REST under /api/v1. */
+export const appRouter = router({
+  workspaces: workspacesRouter,
+  catalogs: catalogsRouter,
+});
+
+export type AppRouter = typeof appRouter;

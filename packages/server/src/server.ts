@@ -1,0 +1,106 @@
+import { randomBytes } from 'node:crypto';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { EntityManager } from '@mikro-orm/postgresql';
+import type { Express } from 'express';
+import type { Logger } from 'pino';
+import { createApp } from './app.js';
+import { type Config, loadConfig } from './config.js';
+import type { ServerDeps } from './context.js';
+import type { EmbeddedPostgres } from './db/embedded.js';
+import { type Database, openDatabase } from './db/orm.js';
+import { runHeadlessInit } from './domains/workspaces/init.js';
+import { createLogger } from './logger.js';
+
+export interface CreateServerOptions {
+  /** Environment to read the configuration from (default `process.env`). */
+  env?: Record<string, string | undefined>;
+  config?: Config;
+  /** An embedded database started by the caller (tests); left open on close. */
+  embedded?: EmbeddedPostgres;
+  logger?: Logger;
+}
+
+export interface RunningServer {
+  url: string;
+  port: number;
+  http: http.Server;
+}
+
+export interface AiSuiteServer {
+  app: Express;
+  deps: ServerDeps;
+  /** Starts listening (port 0 picks a free one). */
+  listen(port?: number, host?: string): Promise<RunningServer>;
+  /** Stops accepting, lets requests finish within the grace period, closes the database. */
+  close(): Promise<void>;
+}
+
+/** Reads the shared signing secret, creating it once per database (all processes agree). */
+async function ensureSigningSecret(em: EntityManager, configured: string | undefined) {
+  if (configured) return configured;
+  const conn = em.getConnection();
+  await conn.execute(
+    "insert into server_settings (key, value) values ('signing_secret', ?) on conflict (key) do nothing",
+    [randomBytes(32).toString('base64url')],
+  );
+  const rows = await conn.execute<{ value: string }[]>(
+    "select value from server_settings where key = 'signing_secret'",
+  );
+  return rows[0]?.value as string;
+}
+
+export async function createServer(opts: CreateServerOptions = {}): Promise<AiSuiteServer> {
+  const config = opts.config ?? loadConfig(opts.env);
+  const log = opts.logger ?? createLogger(config.logLevel);
+  const db: Database = await openDatabase({
+    databaseUrl: config.databaseUrl,
+    dataDir: config.dataDir,
+    embedded: opts.embedded,
+  });
+  const em = () => db.orm.em.fork() as unknown as EntityManager;
+  try {
+    config.signingSecret = await ensureSigningSecret(em(), config.signingSecret);
+    await runHeadlessInit(em(), config, log);
+  } catch (err) {
+    await db.close();
+    throw err;
+  }
+  const deps: ServerDeps = { config, db, log, em };
+  const app = createApp(deps);
+  let server: http.Server | undefined;
+  let closing: Promise<void> | undefined;
+
+  return {
+    app,
+    deps,
+    listen(port = config.port, host = config.host) {
+      return new Promise((resolve, reject) => {
+        const srv = http.createServer(app);
+        srv.keepAliveTimeout = 65_000;
+        srv.once('error', reject);
+        srv.listen(port, host, () => {
+          server = srv;
+          const addr = srv.address() as AddressInfo;
+          const shownHost = host === '0.0.0.0' || host === '::' ? '127.0.0.1' : host;
+          resolve({ url: `http://${shownHost}:${addr.port}`, port: addr.port, http: srv });
+        });
+      });
+    },
+    close() {
+      closing ??= (async () => {
+        if (server) {
+          const srv = server;
+          const done = new Promise<void>((r) => srv.close(() => r()));
+          srv.closeIdleConnections();
+          const timer = setTimeout(() => srv.closeAllConnections(), config.shutdownGraceMs);
+          timer.unref();
+          await done;
+          clearTimeout(timer);
+        }
+        await db.close();
+      })();
+      return closing;
+    },
+  };
+}

@@ -1,0 +1,124 @@
+import { randomBytes } from 'node:crypto';
+import fs from 'node:fs';
+import pg from 'pg';
+import { inject } from 'vitest';
+import './provided.js';
+import { type EmbeddedPostgres, startEmbeddedPostgres } from '../db/embedded.js';
+import { usdToMicros, WorkspacesService } from '../domains/workspaces/service.js';
+import { type AiSuiteServer, createServer } from '../server.js';
+
+/**
+ * A database of its own for one test file: a copy of the migrated embedded template, or a
+ * fresh database on the PostgreSQL server named by DATABASE_URL, dropped on `drop()`.
+ */
+export interface TestDatabase {
+  /** `DATABASE_URL` to give the server, when on the PostgreSQL server. */
+  databaseUrl?: string;
+  embedded?: EmbeddedPostgres;
+  drop(): Promise<void>;
+}
+
+export async function createTestDatabase(): Promise<TestDatabase> {
+  const serverUrl = process.env.DATABASE_URL;
+  if (serverUrl) {
+    const name = `aisuite_t_${randomBytes(6).toString('hex')}`;
+    const admin = new pg.Client({ connectionString: serverUrl });
+    await admin.connect();
+    await admin.query(`create database ${name}`);
+    await admin.end();
+    const url = new URL(serverUrl);
+    url.pathname = `/${name}`;
+    return {
+      databaseUrl: url.toString(),
+      async drop() {
+        const c = new pg.Client({ connectionString: serverUrl });
+        await c.connect();
+        await c.query(`drop database if exists ${name} with (force)`);
+        await c.end();
+      },
+    };
+  }
+  const template = inject('pgTemplate');
+  const loadDataDir = template ? new Blob([fs.readFileSync(template)]) : undefined;
+  const embedded = await startEmbeddedPostgres({ loadDataDir });
+  return { embedded, drop: () => embedded.close() };
+}
+
+export interface TestServer {
+  url: string;
+  /** `fetch` relative to `${url}/api/v1`. */
+  api(path: string, init?: RequestInit & { key?: string; json?: unknown }): Promise<Response>;
+  server: AiSuiteServer;
+  db: TestDatabase;
+  close(): Promise<void>;
+}
+
+export interface StartTestServerOptions {
+  env?: Record<string, string | undefined>;
+  /** Reuse a database (several servers on one database); not dropped by this server. */
+  db?: TestDatabase;
+}
+
+export async function startTestServer(opts: StartTestServerOptions = {}): Promise<TestServer> {
+  const db = opts.db ?? (await createTestDatabase());
+  const dataDir = fs.mkdtempSync(`${process.env.TMPDIR ?? '/tmp'}/aisuite-test-`);
+  let server: AiSuiteServer;
+  try {
+    server = await createServer({
+      env: {
+        LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent',
+        DATA_DIR: dataDir,
+        DATABASE_URL: db.databaseUrl,
+        SHUTDOWN_GRACE_MS: '1000',
+        ...opts.env,
+      },
+      embedded: db.embedded,
+    });
+  } catch (err) {
+    if (!opts.db) await db.drop();
+    throw err;
+  }
+  const { url } = await server.listen(0, '127.0.0.1');
+  return {
+    url,
+    server,
+    db,
+    api(path, init = {}) {
+      const { key, json, headers, ...rest } = init;
+      const h = new Headers(headers);
+      if (key) h.set('authorization', `Bearer ${key}`);
+      let body = rest.body;
+      if (json !== undefined) {
+        h.set('content-type', 'application/json');
+        body = JSON.stringify(json);
+      }
+      return fetch(`${url}/api/v1${path}`, { ...rest, headers: h, body });
+    },
+    async close() {
+      await server.close();
+      if (!opts.db) await db.drop();
+      fs.rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
+
+export interface TestWorkspace {
+  workspaceId: string;
+  apiKey: string;
+  keyId: string;
+}
+
+/** A workspace with one API key, credits and quota as asked. */
+export async function createTestWorkspace(
+  ts: TestServer,
+  opts: { name?: string; creditsUsd?: string; monthlyTokenQuota?: number | null } = {},
+): Promise<TestWorkspace> {
+  const svc = new WorkspacesService(ts.server.deps.em());
+  const ws = await svc.createWorkspace({
+    name: opts.name ?? `ws-${randomBytes(4).toString('hex')}`,
+    monthlyTokenQuota: opts.monthlyTokenQuota ?? null,
+  });
+  if (opts.creditsUsd) await svc.grantCredits(ws.id, usdToMicros(opts.creditsUsd));
+  const { key, apiKey } = await svc.createApiKey({ workspaceId: ws.id, name: 'test' });
+  return { workspaceId: ws.id, apiKey: key, keyId: apiKey.id };
+}

@@ -1,0 +1,14 @@
+import { defineConfig } from 'tsup';
+
+export default defineConfig({
+  entry: { main: 'src/main.ts', cli: 'src/cli/main.ts' },
+  format: ['esm'],
+  platform: 'node',
+  target: 'node20',
+  outDir: 'dist',
+  clean: true,
+  sourcemap: true,
+  splitting: true,
+  // Dependencies stay in node_modules; only our code is bundled.
+  skipNodeModulesBundle: true,
+});

@@ -1,0 +1,51 @@
+import { defineConfig } from 'vitest/config';
+
+export default defineConfig({
+  test: {
+    projects: [
+      {
+        test: {
+          name: 'server',
+          root: './packages/server',
+          include: ['src/**/*.test.ts', 'test/**/*.test.ts'],
+          globalSetup: ['./src/test/global-setup.ts'],
+          testTimeout: 30_000,
+          hookTimeout: 60_000,
+          pool: 'forks',
+        },
+      },
+      {
+        test: {
+          name: 'sdk',
+          root: './packages/sdk',
+          include: ['test/**/*.test.ts', 'src/**/*.test.ts'],
+          globalSetup: ['../server/src/test/global-setup.ts'],
+          testTimeout: 30_000,
+          hookTimeout: 60_000,
+          pool: 'forks',
+        },
+      },
+      {
+        test: {
+          name: 'testkit',
+          root: './packages/testkit',
+          include: ['src/**/*.test.ts'],
+          testTimeout: 30_000,
+        },
+      },
+      {
+        test: {
+          name: 'examples',
+          root: './examples',
+          include: ['**/*.test.ts'],
+          exclude: ['**/node_modules/**'],
+          globalSetup: ['../packages/server/src/test/global-setup.ts'],
+          testTimeout: 60_000,
+          hookTimeout: 60_000,
+          pool: 'forks',
+        },
+      },
+    ],
+    maxWorkers: 2,
+  },
+});
