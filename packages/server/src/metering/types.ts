@@ -1,0 +1,68 @@
+import type { ModelInfo } from '../providers/llm.js';
+
+/**
+ * The metering contract every capability calls around model and image work (spec 1.11, 7, 8).
+ * Money is integer micro-dollars.
+ */
+
+export type RateLimitBucket = 'chat' | 'session_create' | 'agent_message' | 'app_chat';
+
+export interface UsageComponentLine {
+  component: string; // e.g. 'input_tokens', 'output_tokens', 'image'
+  quantity: number;
+  unitPriceMicros: number;
+  costMicros: number;
+}
+
+export interface UsageRecordInput {
+  workspaceId: string;
+  apiKeyId?: string | null;
+  appId?: string | null;
+  threadId?: string | null;
+  sessionId?: string | null;
+  runId?: string | null;
+  requestId: string;
+  endpoint: string; // e.g. '/chat', '/managed-agents/sessions/{id}/messages'
+  model: string;
+  inputTokens: number;
+  outputTokens: number;
+  costMicros: number;
+  providerStatus: 'success' | 'error' | 'aborted' | string;
+  latencyMs: number;
+  componentLines?: UsageComponentLine[];
+  /** Which meter: `tokens` (the /chat quota) or `credits` (everything else). */
+  meter: 'tokens' | 'credits';
+}
+
+export interface Metering {
+  /** 403 `Token limit exceeded` when the workspace's monthly /chat quota is spent. */
+  assertTokenQuota(workspaceId: string): Promise<void>;
+  /** 402 INSUFFICIENT_CREDITS when the balance cannot cover `atLeastMicros` (default: > 0). */
+  assertCredits(workspaceId: string, atLeastMicros?: number, message?: string): Promise<void>;
+  /**
+   * Atomically debits `micros` (one statement); returns the new balance. A debit that would
+   * take the balance below zero is clamped to what is left and reported as `short`.
+   */
+  debit(
+    workspaceId: string,
+    micros: number,
+    ref: { reason: string; ref?: string },
+  ): Promise<{ balanceMicros: number; short: boolean }>;
+  /** Price of a model call in micro-dollars, with its component lines. */
+  price(
+    model: ModelInfo,
+    inputTokens: number,
+    outputTokens: number,
+  ): {
+    costMicros: number;
+    lines: UsageComponentLine[];
+  };
+  /** Writes the usage record and updates per-key and per-workspace token totals. */
+  record(rec: UsageRecordInput): Promise<void>;
+  /**
+   * Takes one unit from the workspace's bucket; throws 429 `Rate limit exceeded` with
+   * `Retry-After` and `RateLimit-*` headers (AppError.headers) when empty. Returns the headers
+   * to set on a successful response too.
+   */
+  rateLimit(workspaceId: string, bucket: RateLimitBucket): Promise<Record<string, string>>;
+}

@@ -1,0 +1,101 @@
+/**
+ * The contract between the server and language models. Everything above this line (chat,
+ * agents, apps, artifacts) speaks these types; the implementation behind it uses the `openai`
+ * SDK against any OpenAI-compatible endpoint.
+ */
+
+export type ModelKind = 'chat' | 'embedding' | 'image';
+
+export interface ModelInfo {
+  /** Public id callers pass as `model`. */
+  id: string;
+  /** Name sent upstream. */
+  upstream: string;
+  /** Provider id from the models file (`default` for the env-configured one). */
+  provider: string;
+  kind: ModelKind;
+  contextWindow: number;
+  /** USD per million tokens. */
+  inputPricePerMTok: number;
+  outputPricePerMTok: number;
+  /** USD per generated image (image models). */
+  pricePerImage?: number;
+  active: boolean;
+}
+
+export interface ToolCall {
+  id: string;
+  name: string;
+  /** JSON text exactly as the model produced it. */
+  arguments: string;
+}
+
+export type LlmMessage =
+  | { role: 'system' | 'user'; content: string }
+  | { role: 'assistant'; content: string | null; toolCalls?: ToolCall[] }
+  | { role: 'tool'; toolCallId: string; content: string };
+
+export interface ToolDefinition {
+  name: string;
+  description?: string;
+  /** JSON Schema of the arguments object. */
+  parameters: Record<string, unknown>;
+}
+
+export interface LlmUsage {
+  inputTokens: number;
+  outputTokens: number;
+  /** True when the upstream reported no usage and the ~4 chars/token estimate was used. */
+  estimated: boolean;
+}
+
+export interface ChatRequest {
+  model: ModelInfo;
+  messages: LlmMessage[];
+  tools?: ToolDefinition[];
+  temperature?: number;
+  maxTokens?: number;
+  /** Structured output: a JSON Schema the reply must follow. */
+  responseSchema?: { name: string; schema: Record<string, unknown> };
+  signal?: AbortSignal;
+}
+
+/** One part of a streamed reply, in order; `usage` and then `finish` come last. */
+export type ChatStreamPart =
+  | { type: 'text'; text: string }
+  | { type: 'tool_call'; call: ToolCall }
+  | { type: 'usage'; usage: LlmUsage }
+  | { type: 'finish'; reason: 'stop' | 'length' | 'tool_calls' | 'content_filter' | string };
+
+export interface ChatResult {
+  text: string;
+  toolCalls: ToolCall[];
+  usage: LlmUsage;
+  finishReason: string;
+}
+
+export interface LlmProvider {
+  /**
+   * Streams a completion. Errors before the first part are thrown as `AppError`
+   * (502 `AI model error: …` / `AI service is temporarily unavailable`); aborting `signal`
+   * stops the upstream request.
+   */
+  stream(req: ChatRequest): AsyncIterable<ChatStreamPart>;
+  complete(req: ChatRequest): Promise<ChatResult>;
+  embed(
+    model: ModelInfo,
+    input: string[],
+    signal?: AbortSignal,
+  ): Promise<{ vectors: number[][]; usage: LlmUsage }>;
+}
+
+export interface ModelCatalog {
+  /**
+   * The model to use: `id` when given (400 `Invalid model` style error when unknown), else the
+   * default of that kind; 503 `No AI model configured` when there is none.
+   */
+  resolve(kind: ModelKind, id?: string | null): ModelInfo;
+  list(kind?: ModelKind): ModelInfo[];
+  /** The default model id of a kind, if any. */
+  defaultId(kind: ModelKind): string | undefined;
+}
