@@ -3,4 +3,5 @@ export { APIPromise } from './core/api-promise.js';
 export * from './core/errors.js';
 export { readServerSentEvents, readTextChunks, type ServerSentEvent } from './core/sse.js';
 export type { components, paths } from './generated/openapi.js';
+export { Chat, ChatStream, type ChatStreamOptions, type ChatStreamParams } from './resources/chat.js';
 export type * from './resources/types.js';

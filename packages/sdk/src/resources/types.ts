@@ -8,3 +8,5 @@ export type PackTool = Schemas['PackTool'];
 export type PackSkill = Schemas['PackSkill'];
 export type PlatformTool = Schemas['PlatformTool'];
 export type ErrorBody = Schemas['ErrorBody'];
+export type ChatMessage = Schemas['ChatMessage'];
+export type ChatRequest = Schemas['ChatRequest'];
