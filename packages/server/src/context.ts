@@ -2,6 +2,7 @@ import type { EntityManager } from '@mikro-orm/postgresql';
 import type { Logger } from 'pino';
 import type { Config } from './config.js';
 import type { Database } from './db/orm.js';
+import type { ObjectStore } from './storage/object-store.js';
 
 /**
  * What every request and background job can reach. Built once at start by `createServer`;
@@ -13,4 +14,6 @@ export interface ServerDeps {
   log: Logger;
   /** A fresh entity manager for one unit of work (request, job, stream). */
   em(): EntityManager;
+  /** The one object store (S3 or `DATA_DIR/objects`): uploads, images, deliverables. */
+  objects: ObjectStore;
 }

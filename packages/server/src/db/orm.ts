@@ -1,12 +1,13 @@
 import { MikroORM } from '@mikro-orm/core';
 import { Migrator } from '@mikro-orm/migrations';
 import { PostgreSqlDriver } from '@mikro-orm/postgresql';
+import { storageEntities } from '../domains/storage/entities.js';
 import { foundationEntities } from '../domains/workspaces/entities.js';
 import { type EmbeddedPostgres, findEmbeddedOwner, startEmbeddedPostgres } from './embedded.js';
 import { migrationsList } from './migrations/index.js';
 
 /** Every entity of every domain. Domains append theirs here. */
-export const allEntities = [...foundationEntities];
+export const allEntities = [...foundationEntities, ...storageEntities];
 
 export type Orm = MikroORM<PostgreSqlDriver>;
 
