@@ -1,4 +1,5 @@
 import { catalogsRouter } from './domains/catalogs/router.js';
+import { storageRouter } from './domains/storage/router.js';
 import { workspacesRouter } from './domains/workspaces/router.js';
 import { router } from './trpc.js';
 
@@ -6,6 +7,7 @@ import { router } from './trpc.js';
 export const appRouter = router({
   workspaces: workspacesRouter,
   catalogs: catalogsRouter,
+  storage: storageRouter,
 });
 
 export type AppRouter = typeof appRouter;
