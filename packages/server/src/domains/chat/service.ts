@@ -11,6 +11,8 @@ export interface PreparedChat {
   messages: LlmMessage[];
   /** RateLimit-* headers for the successful response. */
   headers: Record<string, string>;
+  /** Billing cycle of the token quota, read in the same round trip as the rate limit. */
+  cycleStart: Date;
 }
 
 /**
@@ -23,11 +25,8 @@ export class ChatService {
   /** Model (400 `Invalid model` / 503), rate limit (429) and token quota (403), before any upstream call. */
   async prepare(principal: Principal, input: ChatRequestInput): Promise<PreparedChat> {
     const model = this.deps.models.resolve('chat', input.model);
-    const [headers] = await Promise.all([
-      this.deps.metering.rateLimit(principal.workspaceId, 'chat'),
-      this.deps.metering.assertTokenQuota(principal.workspaceId),
-    ]);
-    return { model, messages: input.messages, headers };
+    const { headers, cycleStart } = await this.deps.metering.admitTokenMetered(principal.workspaceId, 'chat');
+    return { model, messages: input.messages, headers, cycleStart };
   }
 
   /**
@@ -72,6 +71,7 @@ export class ChatService {
       latencyMs: args.latencyMs,
       componentLines: lines,
       meter: 'tokens',
+      cycleStart: prepared.cycleStart,
     });
   }
 }
