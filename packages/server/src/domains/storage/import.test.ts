@@ -1,6 +1,8 @@
+import fs from 'node:fs';
+import path from 'node:path';
 import { Readable } from 'node:stream';
 import { type FakeGitHost, startFakeGitHost } from '@ai-suite/testkit';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import yazl from 'yazl';
 import {
   createTestWorkspace,
@@ -201,6 +203,60 @@ describe('multipart import', () => {
     );
   });
 
+  it('discards the partial object when the client goes away mid-upload', async () => {
+    const objectsDir = path.join(ts.server.deps.config.dataDir, 'objects');
+    const countFiles = (dir: string): number =>
+      fs.existsSync(dir)
+        ? fs
+            .readdirSync(dir, { withFileTypes: true })
+            .reduce((n, e) => n + (e.isDirectory() ? countFiles(path.join(dir, e.name)) : 1), 0)
+        : 0;
+    const before = countFiles(objectsDir);
+    const boundary = 'abort-boundary';
+    let sent = 0;
+    let sawPart = false;
+    const body = new ReadableStream<Uint8Array>({
+      async pull(controller) {
+        if (sent === 0) {
+          controller.enqueue(
+            Buffer.from(
+              `--${boundary}\r\nContent-Disposition: form-data; name="file[]"; filename="aborted.bin"\r\n\r\n`,
+            ),
+          );
+        }
+        if (sent < 512 * 1024) {
+          controller.enqueue(Buffer.alloc(64 * 1024, 1));
+          sent += 64 * 1024;
+          return;
+        }
+        // Wait until the server is writing the part, then fail the upload.
+        await vi.waitFor(
+          () => {
+            sawPart = countFiles(objectsDir) > before;
+            expect(sawPart).toBe(true);
+          },
+          { timeout: 10_000 },
+        );
+        controller.error(new Error('client gave up'));
+      },
+    });
+    await fetch(`${ts.url}/api/v1${base()}/import`, {
+      method: 'POST',
+      headers: {
+        authorization: `Bearer ${ws.apiKey}`,
+        'content-type': `multipart/form-data; boundary=${boundary}`,
+      },
+      body,
+      duplex: 'half',
+    } as RequestInit).catch(() => undefined);
+    expect(sawPart).toBe(true);
+    await vi.waitFor(() => expect(countFiles(objectsDir)).toBe(before), { timeout: 10_000 });
+    const list = (await (await ts.api(`${base()}?search=aborted.bin`, { key: ws.apiKey })).json()) as {
+      files: unknown[];
+    };
+    expect(list.files).toEqual([]);
+  });
+
   it('refuses another workspace and a bad key before reading the body', async () => {
     const other = await createTestWorkspace(ts);
     let res = await importForm([['file[]', new Blob(['x']), 'a.txt']], { ...other, apiKey: ws.apiKey });
@@ -293,6 +349,27 @@ describe('zip import', () => {
     expect(body.error).toMatch(/^Archive exceeds the import limits/);
     const tree = await ts.api(`${base()}/path?folderPath=/bomb`, { key: ws.apiKey });
     expect(tree.status).toBe(404);
+  });
+
+  it('stops an entry that inflates past its declared size while streaming', async () => {
+    const zip = Buffer.from(
+      await (await zipOf([{ name: 'liar.bin', data: Buffer.alloc(MB / 2) }])).arrayBuffer(),
+    );
+    const cd = zip.indexOf(Buffer.from([0x50, 0x4b, 0x01, 0x02]));
+    expect(zip.readUInt32LE(cd + 24)).toBe(MB / 2);
+    zip.writeUInt32LE(1000, cd + 24); // the central directory now claims 1000 bytes
+    const res = await importForm([
+      ['kind', 'zip'],
+      ['pathPrefix', '/liar'],
+      ['file', new Blob([zip]), 'liar.zip'],
+    ]);
+    expect(res.status).toBe(400);
+    expect(((await res.json()) as { error: string }).error).toMatch(/^Invalid zip file: too many bytes/);
+    expect(
+      (await ts.api(`${base()}?search=liar.bin`, { key: ws.apiKey }).then((r) => r.json())) as unknown,
+    ).toMatchObject({
+      files: [],
+    });
   });
 
   it('refuses an archive with more entries than the bound', async () => {

@@ -318,6 +318,34 @@ describe('move and rename', () => {
   });
 });
 
+describe('concurrent writes', () => {
+  it('lets exactly one of several concurrent renames to the same name win', async () => {
+    const files = await Promise.all([0, 1, 2, 3, 4].map((i) => put(`race-${i}.txt`, `r${i}`, '/race')));
+    const results = await Promise.all(
+      files.map((f) => send('PATCH', `${base()}/files/${f.id}`, { newName: 'winner.txt' })),
+    );
+    expect(results.map((r) => r.status).sort()).toEqual([200, 409, 409, 409, 409]);
+    const listing = (await (await get(`${base()}/path?folderPath=/race`)).json()) as {
+      files: StorageFileDto[];
+    };
+    expect(listing.files.filter((f) => f.filename === 'winner.txt')).toHaveLength(1);
+    expect(listing.files).toHaveLength(5);
+  });
+
+  it('lets exactly one of several concurrent creates at the same path win', async () => {
+    const results = await Promise.allSettled(
+      [0, 1, 2, 3].map((i) => put('same.txt', `v${i}`, '/race-create')),
+    );
+    expect(results.filter((r) => r.status === 'fulfilled')).toHaveLength(1);
+    for (const r of results.filter((x) => x.status === 'rejected')) {
+      expect((r as PromiseRejectedResult).reason).toMatchObject({
+        status: 409,
+        code: 'STORAGE_PATH_CONFLICT',
+      });
+    }
+  });
+});
+
 describe('folders and path listing', () => {
   let fw: TestWorkspace;
   beforeAll(async () => {
