@@ -42,6 +42,21 @@ beforeAll(async () => {
       branches: { trunk: { sha: SHA, files: { 'private.txt': 'classified' } } },
     },
     'acme/broken': { defaultBranch: 'main', tarballStatus: 500, branches: {} },
+    'acme/huge': {
+      defaultBranch: 'main',
+      branches: {
+        main: {
+          sha: SHA,
+          files: Object.fromEntries(
+            Array.from({ length: 30 }, (_, i) => [`f${String(i).padStart(2, '0')}.txt`, 'x']),
+          ),
+        },
+      },
+    },
+    'acme/sneaky': {
+      defaultBranch: 'main',
+      branches: { main: { sha: SHA, files: { '../../escape.txt': 'out', 'ok.txt': 'in' } } },
+    },
   });
   ts = await startTestServer({
     env: {
@@ -470,6 +485,29 @@ describe('git-host import', () => {
     expect(await res.json()).toMatchObject({ error: 'GitHub archive fetch failed: 404 Not Found' });
     res = await gh({ repoUrl: 'https://github.com/acme/missing' });
     expect(await res.json()).toMatchObject({ error: 'GitHub archive fetch failed: 404 Not Found' });
+  });
+
+  it('stops a repository past the entry bound, keeping what was stored', async () => {
+    const res = await gh({ repoUrl: 'https://github.com/acme/huge', pathPrefix: '/huge' });
+    expect(res.status).toBe(201);
+    const body = (await res.json()) as ImportBody;
+    // 20 entries allowed: the top folder plus 19 files.
+    expect(body.imported).toBe(19);
+    expect(body.errors).toHaveLength(1);
+    expect(body.errors[0]?.error).toMatch(/^Import stopped: the archive exceeds the import limits/);
+  });
+
+  it('refuses tarball entries that escape the prefix', async () => {
+    const res = await gh({ repoUrl: 'https://github.com/acme/sneaky', pathPrefix: '/sneaky' });
+    const body = (await res.json()) as ImportBody;
+    expect(body.imported).toBe(1);
+    expect(body.errors).toEqual(
+      ['../', '../../', '../../escape.txt'].map((path) => ({
+        path,
+        error: 'Path escapes the import folder',
+      })),
+    );
+    expect(await treeOf('/sneaky')).toEqual(['/sneaky/ok.txt']);
   });
 
   it('validates repoUrl', async () => {

@@ -5,7 +5,7 @@ import {
   type TestServer,
   type TestWorkspace,
 } from '../../test/harness.js';
-import type { StorageFileDto } from './schema.js';
+import { ListStorageInput, type StorageFileDto } from './schema.js';
 import { StorageService } from './service.js';
 
 let ts: TestServer;
@@ -157,6 +157,23 @@ describe('GET /storage (list)', () => {
     expect(body.files).toEqual([]);
     const capped = await get(`${base(lw)}?limit=5000`, lw);
     expect(capped.status).toBe(200);
+  });
+
+  it('defaults the page to 50 and caps it at 200', async () => {
+    const pw = await createTestWorkspace(ts);
+    for (let i = 0; i < 51; i++) await put(`p${i}.txt`, 'p', '/', 'file', pw);
+    const body = (await (await get(base(pw), pw)).json()) as { files: unknown[]; hasMore: boolean };
+    expect(body.files).toHaveLength(50);
+    expect(body.hasMore).toBe(true);
+    const all = (await (await get(`${base(pw)}?limit=1000`, pw)).json()) as {
+      files: unknown[];
+      hasMore: boolean;
+    };
+    expect(all).toMatchObject({ hasMore: false });
+    expect(all.files).toHaveLength(51);
+    expect(ListStorageInput.parse({ workspaceId: 'w', limit: '1000' }).limit).toBe(200);
+    expect(ListStorageInput.parse({ workspaceId: 'w', limit: '0' }).limit).toBe(1);
+    expect(ListStorageInput.parse({ workspaceId: 'w' }).limit).toBe(50);
   });
 
   it('answers 400 for an unknown type', async () => {
