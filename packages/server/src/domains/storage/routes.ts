@@ -159,6 +159,14 @@ function importMultipart(
     });
 
     bb.on('error', () => fail(badRequest(INVALID_REQUEST_BODY)));
+    // A client that goes away mid-upload: end the part being stored with an error so the
+    // object store discards it, instead of waiting forever for bytes that will not come.
+    req.once('close', () => {
+      if (!req.complete && !failed) {
+        bb.destroy(new Error('Request aborted'));
+        fail(new AppError(400, 'Request aborted', 'REQUEST_ABORTED'));
+      }
+    });
     bb.on('close', () => {
       void chain.then(() => {
         if (failed) return;

@@ -5,7 +5,7 @@ import {
   type TestServer,
   type TestWorkspace,
 } from '../../test/harness.js';
-import type { StorageFileDto } from './schema.js';
+import { ListStorageInput, type StorageFileDto } from './schema.js';
 import { StorageService } from './service.js';
 
 let ts: TestServer;
@@ -157,6 +157,23 @@ describe('GET /storage (list)', () => {
     expect(body.files).toEqual([]);
     const capped = await get(`${base(lw)}?limit=5000`, lw);
     expect(capped.status).toBe(200);
+  });
+
+  it('defaults the page to 50 and caps it at 200', async () => {
+    const pw = await createTestWorkspace(ts);
+    for (let i = 0; i < 51; i++) await put(`p${i}.txt`, 'p', '/', 'file', pw);
+    const body = (await (await get(base(pw), pw)).json()) as { files: unknown[]; hasMore: boolean };
+    expect(body.files).toHaveLength(50);
+    expect(body.hasMore).toBe(true);
+    const all = (await (await get(`${base(pw)}?limit=1000`, pw)).json()) as {
+      files: unknown[];
+      hasMore: boolean;
+    };
+    expect(all).toMatchObject({ hasMore: false });
+    expect(all.files).toHaveLength(51);
+    expect(ListStorageInput.parse({ workspaceId: 'w', limit: '1000' }).limit).toBe(200);
+    expect(ListStorageInput.parse({ workspaceId: 'w', limit: '0' }).limit).toBe(1);
+    expect(ListStorageInput.parse({ workspaceId: 'w' }).limit).toBe(50);
   });
 
   it('answers 400 for an unknown type', async () => {
@@ -315,6 +332,34 @@ describe('move and rename', () => {
     const foreign = await put('f.txt', 'f', '/', 'file', other);
     res = await send('PATCH', `${base()}/files/${foreign.id}`, { newName: 'stolen.txt' });
     expect(res.status).toBe(404);
+  });
+});
+
+describe('concurrent writes', () => {
+  it('lets exactly one of several concurrent renames to the same name win', async () => {
+    const files = await Promise.all([0, 1, 2, 3, 4].map((i) => put(`race-${i}.txt`, `r${i}`, '/race')));
+    const results = await Promise.all(
+      files.map((f) => send('PATCH', `${base()}/files/${f.id}`, { newName: 'winner.txt' })),
+    );
+    expect(results.map((r) => r.status).sort()).toEqual([200, 409, 409, 409, 409]);
+    const listing = (await (await get(`${base()}/path?folderPath=/race`)).json()) as {
+      files: StorageFileDto[];
+    };
+    expect(listing.files.filter((f) => f.filename === 'winner.txt')).toHaveLength(1);
+    expect(listing.files).toHaveLength(5);
+  });
+
+  it('lets exactly one of several concurrent creates at the same path win', async () => {
+    const results = await Promise.allSettled(
+      [0, 1, 2, 3].map((i) => put('same.txt', `v${i}`, '/race-create')),
+    );
+    expect(results.filter((r) => r.status === 'fulfilled')).toHaveLength(1);
+    for (const r of results.filter((x) => x.status === 'rejected')) {
+      expect((r as PromiseRejectedResult).reason).toMatchObject({
+        status: 409,
+        code: 'STORAGE_PATH_CONFLICT',
+      });
+    }
   });
 });
 
