@@ -272,6 +272,16 @@ describe('multipart import', () => {
     expect(list.files).toEqual([]);
   });
 
+  it('answers 413 past the number of files one import may carry', async () => {
+    const parts: Part[] = Array.from({ length: 21 }, (_, i) => ['file[]', new Blob(['x']), `many/${i}.txt`]);
+    const res = await importForm(parts);
+    expect(res.status).toBe(413);
+    expect(await res.json()).toMatchObject({
+      error: 'Too many files in one import (at most 20)',
+      code: 'IMPORT_LIMIT_EXCEEDED',
+    });
+  });
+
   it('refuses another workspace and a bad key before reading the body', async () => {
     const other = await createTestWorkspace(ts);
     let res = await importForm([['file[]', new Blob(['x']), 'a.txt']], { ...other, apiKey: ws.apiKey });

@@ -386,6 +386,19 @@ describe('folders and path listing', () => {
     expect(((await res.json()) as { error: string }).error).toBe('folderPath is required');
     res = await send('POST', `${fbase()}/folders`, { folderPath: '/../etc' }, fw);
     expect(res.status).toBe(400);
+    // No folder under a file, no file where a folder is.
+    const plain = await put('plain', 'p', '/projects', 'file', fw);
+    res = await send('POST', `${fbase()}/folders`, { folderPath: '/projects/plain/sub' }, fw);
+    expect(res.status).toBe(409);
+    expect(await res.json()).toMatchObject({
+      code: 'STORAGE_PATH_CONFLICT',
+      details: { path: '/projects/plain' },
+    });
+    await expect(put('x.txt', 'x', '/projects/plain/deeper', 'file', fw)).rejects.toMatchObject({
+      status: 409,
+    });
+    await expect(put('alpha', 'x', '/projects', 'file', fw)).rejects.toMatchObject({ status: 409 });
+    await svc().deleteFile(fw.workspaceId, plain.id);
   });
 
   it('lists a folder in its three forms', async () => {
