@@ -15,9 +15,16 @@ const server = http.createServer((req, res) => {
     const body = JSON.parse(Buffer.concat(chunks).toString('utf8')) as { messages: unknown };
     const up = http.request(
       upstream,
-      { method: 'POST', agent, headers: { 'content-type': 'application/json', authorization: 'Bearer bench' } },
+      {
+        method: 'POST',
+        agent,
+        headers: { 'content-type': 'application/json', authorization: 'Bearer bench' },
+      },
       (ur) => {
-        res.writeHead(ur.statusCode ?? 502, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
+        res.writeHead(ur.statusCode ?? 502, {
+          'content-type': 'text/event-stream',
+          'cache-control': 'no-cache',
+        });
         ur.pipe(res);
       },
     );
@@ -32,7 +39,11 @@ server.listen(0, '127.0.0.1', () => {
 process.on('message', (msg: { type: string }) => {
   if (msg.type === 'stats') {
     const cpu = process.cpuUsage();
-    process.send?.({ type: 'stats', cpuMicros: cpu.user + cpu.system, maxRssKb: process.resourceUsage().maxRSS });
+    process.send?.({
+      type: 'stats',
+      cpuMicros: cpu.user + cpu.system,
+      maxRssKb: process.resourceUsage().maxRSS,
+    });
   }
 });
 process.on('disconnect', () => process.exit(0));

@@ -225,7 +225,12 @@ async function main() {
     console.log(
       `reference, bare proxy: added TTFB p50 ${fmt(result.bareProxy.addedTtfbP50Ms)} ms, p99 ${fmt(result.bareProxy.addedTtfbP99Ms)} ms; throughput ${fmt(result.bareProxy.throughputRatio)} × direct; CPU ${fmt(bareCpu1, 3)} ms (c=1), ${fmt(bareCpu50, 3)} ms (c=50) per stream`,
     );
-    console.log(`load average during the run: ${os.loadavg().map((l) => l.toFixed(1)).join(' ')}`);
+    console.log(
+      `load average during the run: ${os
+        .loadavg()
+        .map((l) => l.toFixed(1))
+        .join(' ')}`,
+    );
     if (process.env.BENCH_JSON) fs.writeFileSync(process.env.BENCH_JSON, JSON.stringify(result, null, 2));
   } finally {
     agent.destroy();
