@@ -1,4 +1,6 @@
+import { appsRouter } from './domains/apps/router.js';
 import { catalogsRouter } from './domains/catalogs/router.js';
+import { widgetTokensRouter } from './domains/widget-tokens/router.js';
 import { workspacesRouter } from './domains/workspaces/router.js';
 import { router } from './trpc.js';
 
@@ -6,6 +8,8 @@ import { router } from './trpc.js';
 export const appRouter = router({
   workspaces: workspacesRouter,
   catalogs: catalogsRouter,
+  apps: appsRouter,
+  widgetTokens: widgetTokensRouter,
 });
 
 export type AppRouter = typeof appRouter;

@@ -1,5 +1,6 @@
 import type { MigrationObject } from '@mikro-orm/core';
 import { Migration20261121000000_foundation } from './Migration20261121000000_foundation.js';
+import { Migration20261121050000_apps } from './Migration20261121050000_apps.js';
 
 /**
  * Every migration, in order. Listed explicitly (not globbed) so the bundled server and the
@@ -7,4 +8,5 @@ import { Migration20261121000000_foundation } from './Migration20261121000000_fo
  */
 export const migrationsList: MigrationObject[] = [
   { name: 'Migration20261121000000_foundation', class: Migration20261121000000_foundation },
+  { name: 'Migration20261121050000_apps', class: Migration20261121050000_apps },
 ];
