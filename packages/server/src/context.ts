@@ -2,6 +2,8 @@ import type { EntityManager } from '@mikro-orm/postgresql';
 import type { Logger } from 'pino';
 import type { Config } from './config.js';
 import type { Database } from './db/orm.js';
+import type { Metering } from './metering/types.js';
+import type { LlmProvider, ModelCatalog } from './providers/llm.js';
 
 /**
  * What every request and background job can reach. Built once at start by `createServer`;
@@ -13,4 +15,10 @@ export interface ServerDeps {
   log: Logger;
   /** A fresh entity manager for one unit of work (request, job, stream). */
   em(): EntityManager;
+  /** Configured models (MODELS_FILE or OPENAI_* / CHAT_MODEL env). */
+  models: ModelCatalog;
+  /** Calls OpenAI-compatible models. */
+  llm: LlmProvider;
+  /** Token quota, credits, rate limits and usage records. */
+  metering: Metering;
 }

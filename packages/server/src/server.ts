@@ -11,6 +11,7 @@ import type { EmbeddedPostgres } from './db/embedded.js';
 import { type Database, openDatabase } from './db/orm.js';
 import { runHeadlessInit } from './domains/workspaces/init.js';
 import { createLogger } from './logger.js';
+import { createAiDeps } from './providers/setup.js';
 
 export interface CreateServerOptions {
   /** Environment to read the configuration from (default `process.env`). */
@@ -53,12 +54,17 @@ async function ensureSigningSecret(em: EntityManager, configured: string | undef
 export async function createServer(opts: CreateServerOptions = {}): Promise<AiSuiteServer> {
   const config = opts.config ?? loadConfig(opts.env);
   const log = opts.logger ?? createLogger(config.logLevel);
+  let em: () => EntityManager = () => {
+    throw new Error('database not open yet');
+  };
+  // Model and metering configuration errors fail the start, before the database opens.
+  const ai = createAiDeps(config, () => em());
   const db: Database = await openDatabase({
     databaseUrl: config.databaseUrl,
     dataDir: config.dataDir,
     embedded: opts.embedded,
   });
-  const em = () => db.orm.em.fork() as unknown as EntityManager;
+  em = () => db.orm.em.fork() as unknown as EntityManager;
   try {
     config.signingSecret = await ensureSigningSecret(em(), config.signingSecret);
     await runHeadlessInit(em(), config, log);
@@ -66,7 +72,7 @@ export async function createServer(opts: CreateServerOptions = {}): Promise<AiSu
     await db.close();
     throw err;
   }
-  const deps: ServerDeps = { config, db, log, em };
+  const deps: ServerDeps = { config, db, log, em, ...ai };
   const app = createApp(deps);
   let server: http.Server | undefined;
   let closing: Promise<void> | undefined;

@@ -4,11 +4,12 @@ import { PostgreSqlDriver } from '@mikro-orm/postgresql';
 import { appsEntities } from '../domains/apps/entities.js';
 import { widgetTokenEntities } from '../domains/widget-tokens/entities.js';
 import { foundationEntities } from '../domains/workspaces/entities.js';
+import { meteringEntities } from '../metering/entities.js';
 import { type EmbeddedPostgres, findEmbeddedOwner, startEmbeddedPostgres } from './embedded.js';
 import { migrationsList } from './migrations/index.js';
 
 /** Every entity of every domain. Domains append theirs here. */
-export const allEntities = [...foundationEntities, ...appsEntities, ...widgetTokenEntities];
+export const allEntities = [...foundationEntities, ...meteringEntities, ...appsEntities, ...widgetTokenEntities];
 
 export type Orm = MikroORM<PostgreSqlDriver>;
 
