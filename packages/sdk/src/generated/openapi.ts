@@ -127,6 +127,26 @@ export interface paths {
         patch: operations["apps-update"];
         trace?: never;
     };
+    "/apps/{appId}/chat/message": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Send a message to an app and get the reply (a new thread when threadId is omitted)
+         * @description Accepts a workspace API key or a widget token. Stores the user and assistant messages, debits credits (402 `Insufficient credits`).
+         */
+        post: operations["apps-chat"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/apps/{appId}/memory/threads": {
         parameters: {
             query?: never;
@@ -259,6 +279,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/apps/{appId}/chat/message/stream": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Send a message to an app and stream the reply as server-sent events
+         * @description Each `data:` line carries one JSON event: `token` {content}, then `done` {threadId, turnId, contextWindow, metadata}, or `error` {code, message} (e.g. `MODEL_ERROR`; the user message is kept). Accepts a workspace API key or a widget token.
+         */
+        post: operations["apps-chatStream"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -267,6 +307,11 @@ export interface components {
             temperature?: number;
             maxTokens?: number;
             maxContextMessages?: number;
+        };
+        ExternalIdentity: {
+            externalUserId?: string;
+            role?: string;
+            anonymousVisitorId?: string;
         };
         Me: {
             workspace: {
@@ -478,6 +523,138 @@ export interface components {
                 total: number;
             };
         };
+        AppChatResponse: {
+            threadId: string;
+            turnId: string;
+            content: string;
+            /** @constant */
+            role: "assistant";
+            metadata: {
+                model: string;
+                tokensUsed: {
+                    input: number;
+                    output: number;
+                    total: number;
+                };
+                latencyMs: number;
+            };
+            contextWindow: {
+                /** @description Prompt tokens / the model context window */
+                utilization: number;
+            };
+        };
+        /**
+         * Insufficient credits error (402)
+         * @description The error information
+         * @example {
+         *       "code": "PAYMENT_REQUIRED",
+         *       "message": "Insufficient credits",
+         *       "issues": []
+         *     }
+         */
+        "error.PAYMENT_REQUIRED": {
+            /**
+             * @description The error message
+             * @example Insufficient credits
+             */
+            message: string;
+            /**
+             * @description The error code
+             * @example PAYMENT_REQUIRED
+             */
+            code: string;
+            /**
+             * @description An array of issues that were responsible for the error
+             * @example []
+             */
+            issues?: {
+                message: string;
+            }[];
+        };
+        /**
+         * Rate limit exceeded error (429)
+         * @description The error information
+         * @example {
+         *       "code": "TOO_MANY_REQUESTS",
+         *       "message": "Rate limit exceeded",
+         *       "issues": []
+         *     }
+         */
+        "error.TOO_MANY_REQUESTS": {
+            /**
+             * @description The error message
+             * @example Rate limit exceeded
+             */
+            message: string;
+            /**
+             * @description The error code
+             * @example TOO_MANY_REQUESTS
+             */
+            code: string;
+            /**
+             * @description An array of issues that were responsible for the error
+             * @example []
+             */
+            issues?: {
+                message: string;
+            }[];
+        };
+        /**
+         * AI model error error (502)
+         * @description The error information
+         * @example {
+         *       "code": "BAD_GATEWAY",
+         *       "message": "AI model error",
+         *       "issues": []
+         *     }
+         */
+        "error.BAD_GATEWAY": {
+            /**
+             * @description The error message
+             * @example AI model error
+             */
+            message: string;
+            /**
+             * @description The error code
+             * @example BAD_GATEWAY
+             */
+            code: string;
+            /**
+             * @description An array of issues that were responsible for the error
+             * @example []
+             */
+            issues?: {
+                message: string;
+            }[];
+        };
+        /**
+         * No AI model configured error (503)
+         * @description The error information
+         * @example {
+         *       "code": "SERVICE_UNAVAILABLE",
+         *       "message": "No AI model configured",
+         *       "issues": []
+         *     }
+         */
+        "error.SERVICE_UNAVAILABLE": {
+            /**
+             * @description The error message
+             * @example No AI model configured
+             */
+            message: string;
+            /**
+             * @description The error code
+             * @example SERVICE_UNAVAILABLE
+             */
+            code: string;
+            /**
+             * @description An array of issues that were responsible for the error
+             * @example []
+             */
+            issues?: {
+                message: string;
+            }[];
+        };
         AppThreadList: {
             data: components["schemas"]["AppThread"][];
             meta: {
@@ -575,10 +752,33 @@ export interface components {
             lastUsedAt: string | null;
             createdAt: string;
         };
-        AppChatControlsOutput: {
-            temperature?: number;
-            maxTokens?: number;
-            maxContextMessages?: number;
+        AppChatStreamEvent: {
+            /** @constant */
+            type: "token";
+            content: string;
+        } | {
+            /** @constant */
+            type: "done";
+            threadId: string;
+            turnId: string;
+            contextWindow: {
+                /** @description Prompt tokens / the model context window */
+                utilization: number;
+            };
+            metadata: {
+                model: string;
+                tokensUsed: {
+                    input: number;
+                    output: number;
+                    total: number;
+                };
+                latencyMs: number;
+            };
+        } | {
+            /** @constant */
+            type: "error";
+            code: string;
+            message: string;
         };
         /** @description Standard error body of every failed request. */
         ErrorBody: {
@@ -587,6 +787,11 @@ export interface components {
             details?: {
                 [key: string]: unknown;
             };
+        };
+        AppChatControlsOutput: {
+            temperature?: number;
+            maxTokens?: number;
+            maxContextMessages?: number;
         };
     };
     responses: never;
@@ -1040,6 +1245,115 @@ export interface operations {
             };
             /** @description Authorization not provided */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "apps-chat": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                appId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    message: string;
+                    role: string;
+                    threadId?: string;
+                    sessionId?: string;
+                    lessonContext?: {
+                        [key: string]: unknown;
+                    };
+                    sessionContext?: {
+                        [key: string]: unknown;
+                    };
+                    pageContext?: {
+                        [key: string]: unknown;
+                    };
+                    chatHistory?: {
+                        role: string;
+                        content: string;
+                    }[];
+                    controls?: components["schemas"]["AppChatControls"];
+                    externalIdentity?: components["schemas"]["ExternalIdentity"];
+                };
+            };
+        };
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AppChatResponse"];
+                };
+            };
+            /** @description Invalid input data */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Insufficient credits */
+            402: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Pack not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Rate limit exceeded */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description AI model error */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No AI model configured */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1521,6 +1835,88 @@ export interface operations {
                 };
             };
             /** @description Pack not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "apps-chatStream": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                appId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    message: string;
+                    role: string;
+                    threadId?: string;
+                    sessionId?: string;
+                    lessonContext?: {
+                        [key: string]: unknown;
+                    };
+                    sessionContext?: {
+                        [key: string]: unknown;
+                    };
+                    pageContext?: {
+                        [key: string]: unknown;
+                    };
+                    chatHistory?: {
+                        role: string;
+                        content: string;
+                    }[];
+                    controls?: components["schemas"]["AppChatControls"];
+                    externalIdentity?: components["schemas"]["ExternalIdentity"];
+                };
+            };
+        };
+        responses: {
+            /** @description A `text/event-stream` of JSON events */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": components["schemas"]["AppChatStreamEvent"];
+                };
+            };
+            /** @description message is required */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Unauthorized or app not found */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Insufficient credits */
+            402: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Thread not found */
             404: {
                 headers: {
                     [name: string]: unknown;

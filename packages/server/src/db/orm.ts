@@ -9,7 +9,12 @@ import { type EmbeddedPostgres, findEmbeddedOwner, startEmbeddedPostgres } from 
 import { migrationsList } from './migrations/index.js';
 
 /** Every entity of every domain. Domains append theirs here. */
-export const allEntities = [...foundationEntities, ...meteringEntities, ...appsEntities, ...widgetTokenEntities];
+export const allEntities = [
+  ...foundationEntities,
+  ...meteringEntities,
+  ...appsEntities,
+  ...widgetTokenEntities,
+];
 
 export type Orm = MikroORM<PostgreSqlDriver>;
 

@@ -1,9 +1,12 @@
 import { z } from 'zod';
 import { keyProcedure, router } from '../../trpc.js';
 import { appProcedure } from './auth.js';
+import { AppChatService } from './chat.js';
 import {
   AppListSchema,
   AppSchema,
+  ChatMessageInput,
+  ChatResponseSchema,
   CreateAppInput,
   CreateThreadInput,
   DeleteThreadResultSchema,
@@ -113,6 +116,37 @@ export const appsRouter = router({
     .input(z.object({ appId: z.string() }))
     .output(z.object({ deleted: z.literal(true), id: z.string() }))
     .mutation(({ ctx, input }) => new AppsService(ctx.em, ctx.principal).delete(input.appId)),
+
+  chat: appProcedure
+    .meta({
+      openapi: {
+        method: 'POST',
+        path: '/apps/{appId}/chat/message',
+        tags: APPS,
+        protect: true,
+        summary: 'Send a message to an app and get the reply (a new thread when threadId is omitted)',
+        description:
+          'Accepts a workspace API key or a widget token. Stores the user and assistant messages, debits credits (402 `Insufficient credits`).',
+        errorResponses: {
+          400: 'message is required',
+          401: 'Unauthorized or app not found',
+          402: 'Insufficient credits',
+          404: 'Thread not found',
+          429: 'Rate limit exceeded',
+          502: 'AI model error',
+          503: 'No AI model configured',
+        },
+      },
+    })
+    .input(ChatMessageInput)
+    .output(ChatResponseSchema)
+    .mutation(({ ctx, input }) =>
+      new AppChatService(ctx.em, ctx.principal, ctx.deps, ctx.requestId).complete(
+        input,
+        '/apps/{appId}/chat/message',
+        ctx.responseHeaders,
+      ),
+    ),
 
   listThreads: appProcedure
     .meta({

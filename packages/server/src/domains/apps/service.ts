@@ -349,6 +349,7 @@ export class MemoryService {
     em: EntityManager,
     appId: string,
     input: { title?: string; metadata?: Record<string, unknown>; sessionId?: string | null },
+    id: string = randomUUID(),
   ): Promise<ThreadRow> {
     const metadata = { ...(input.metadata ?? {}) };
     if (this.principal.widgetSubject) metadata.external_user_id = this.principal.widgetSubject;
@@ -356,7 +357,7 @@ export class MemoryService {
       `insert into app_threads (id, workspace_id, app_id, session_id, title, metadata)
        values (?, ?, ?, ?, ?, ?::jsonb) returning *`,
       [
-        randomUUID(),
+        id,
         this.principal.workspaceId,
         appId,
         input.sessionId ?? null,
