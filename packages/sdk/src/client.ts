@@ -6,8 +6,10 @@ import {
   APIError,
   APIUserAbortError,
 } from './core/errors.js';
+import { Apps } from './resources/apps.js';
 import { Catalogs } from './resources/catalogs.js';
 import type { Me } from './resources/types.js';
+import { WidgetTokens } from './resources/widget-tokens.js';
 
 export interface ClientOptions {
   /** Workspace API key (`svc_ai_…`). Defaults to `process.env.AI_SUITE_API_KEY`. */
@@ -82,6 +84,8 @@ export class AiSuite {
   private mePromise: Promise<Me> | undefined;
 
   readonly catalogs: Catalogs;
+  readonly apps: Apps;
+  readonly widgetTokens: WidgetTokens;
 
   constructor(opts: ClientOptions = {}) {
     this.apiKey = opts.apiKey ?? (opts.widgetToken ? undefined : env('AI_SUITE_API_KEY'));
@@ -92,6 +96,8 @@ export class AiSuite {
     this.fetchImpl = opts.fetch ?? ((...args) => fetch(...args));
     this.defaultHeaders = opts.defaultHeaders ?? {};
     this.catalogs = new Catalogs(this);
+    this.apps = new Apps(this);
+    this.widgetTokens = new WidgetTokens(this);
   }
 
   /** The workspace and key behind the credentials (`GET /me`), fetched once and cached. */
