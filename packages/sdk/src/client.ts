@@ -8,6 +8,7 @@ import {
 } from './core/errors.js';
 import { Apps } from './resources/apps.js';
 import { Catalogs } from './resources/catalogs.js';
+import { Chat } from './resources/chat.js';
 import type { Me } from './resources/types.js';
 import { WidgetTokens } from './resources/widget-tokens.js';
 
@@ -84,6 +85,7 @@ export class AiSuite {
   private mePromise: Promise<Me> | undefined;
 
   readonly catalogs: Catalogs;
+  readonly chat: Chat;
   readonly apps: Apps;
   readonly widgetTokens: WidgetTokens;
 
@@ -96,6 +98,7 @@ export class AiSuite {
     this.fetchImpl = opts.fetch ?? ((...args) => fetch(...args));
     this.defaultHeaders = opts.defaultHeaders ?? {};
     this.catalogs = new Catalogs(this);
+    this.chat = new Chat(this);
     this.apps = new Apps(this);
     this.widgetTokens = new WidgetTokens(this);
   }

@@ -4,4 +4,5 @@ export * from './core/errors.js';
 export { readServerSentEvents, readTextChunks, type ServerSentEvent } from './core/sse.js';
 export type { components, paths } from './generated/openapi.js';
 export { AppChatStream, AppChatStreamError } from './lib/app-chat-stream.js';
+export { Chat, ChatStream, type ChatStreamOptions, type ChatStreamParams } from './resources/chat.js';
 export type * from './resources/types.js';

@@ -8,6 +8,8 @@ export type PackTool = Schemas['PackTool'];
 export type PackSkill = Schemas['PackSkill'];
 export type PlatformTool = Schemas['PlatformTool'];
 export type ErrorBody = Schemas['ErrorBody'];
+export type ChatMessage = Schemas['ChatMessage'];
+export type ChatRequest = Schemas['ChatRequest'];
 
 type Operations = import('../generated/openapi.js').operations;
 type JsonBody<Op extends keyof Operations> = Operations[Op] extends {
