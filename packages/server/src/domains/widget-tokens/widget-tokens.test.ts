@@ -109,6 +109,7 @@ describe('use', () => {
     expect(created.status).toBe(201);
     for (const [method, path] of [
       ['GET', '/me'],
+      ['POST', '/chat'],
       ['GET', '/apps'],
       ['POST', '/apps'],
       ['GET', `/apps/${appId}`],
@@ -118,7 +119,10 @@ describe('use', () => {
       const res = await ts.api(path, {
         method,
         key: body.token,
-        json: method === 'GET' || method === 'DELETE' ? undefined : { name: 'x' },
+        json:
+          method === 'GET' || method === 'DELETE'
+            ? undefined
+            : { name: 'x', messages: [{ role: 'user', content: 'hi' }] },
       });
       expect(res.status, `${method} ${path}`).toBe(401);
       expect(await json(res)).toEqual({ error: 'Invalid API key' });
