@@ -4,6 +4,7 @@ import type { Config } from './config.js';
 import type { Database } from './db/orm.js';
 import type { Metering } from './metering/types.js';
 import type { LlmProvider, ModelCatalog } from './providers/llm.js';
+import type { ObjectStore } from './storage/object-store.js';
 
 /**
  * What every request and background job can reach. Built once at start by `createServer`;
@@ -21,4 +22,6 @@ export interface ServerDeps {
   llm: LlmProvider;
   /** Token quota, credits, rate limits and usage records. */
   metering: Metering;
+  /** The one object store (S3 or `DATA_DIR/objects`): uploads, images, deliverables. */
+  objects: ObjectStore;
 }

@@ -12,6 +12,7 @@ import { type Database, openDatabase } from './db/orm.js';
 import { runHeadlessInit } from './domains/workspaces/init.js';
 import { createLogger } from './logger.js';
 import { createAiDeps } from './providers/setup.js';
+import { createObjectStore } from './storage/index.js';
 
 export interface CreateServerOptions {
   /** Environment to read the configuration from (default `process.env`). */
@@ -72,7 +73,10 @@ export async function createServer(opts: CreateServerOptions = {}): Promise<AiSu
     await db.close();
     throw err;
   }
-  const deps: ServerDeps = { config, db, log, em, ...ai };
+  // Signed links of the embedded store point at PUBLIC_BASE_URL, else at the listening address.
+  let listeningUrl = `http://127.0.0.1:${config.port}`;
+  const objects = createObjectStore(config, () => config.publicBaseUrl ?? listeningUrl);
+  const deps: ServerDeps = { config, db, log, em, ...ai, objects };
   const app = createApp(deps);
   let server: http.Server | undefined;
   let closing: Promise<void> | undefined;
@@ -89,6 +93,7 @@ export async function createServer(opts: CreateServerOptions = {}): Promise<AiSu
           server = srv;
           const addr = srv.address() as AddressInfo;
           const shownHost = host === '0.0.0.0' || host === '::' ? '127.0.0.1' : host;
+          listeningUrl = `http://${shownHost}:${addr.port}`;
           resolve({ url: `http://${shownHost}:${addr.port}`, port: addr.port, http: srv });
         });
       });
