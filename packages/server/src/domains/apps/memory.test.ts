@@ -245,17 +245,22 @@ describe('memory threads', () => {
       ['DELETE', `/apps/${appId}/memory/threads/${t.id}`],
       ['GET', `/apps/${appId}/memory/status`],
       ['GET', `/apps/${randomUUID()}/memory/threads`],
-      ['GET', `/apps/../memory/threads`],
+      ['GET', `/apps/%2e%2e%2f${appId}/memory/threads`],
+      ['POST', `/apps/${appId}/memory/save-messages`],
     ] as const) {
-      const res = await ts.api(path, { method, key: other.apiKey });
-      expect([401, 404]).toContain(res.status);
-      if (res.status === 401) expect(await json(res)).toEqual({ error: 'Unauthorized or app not found' });
+      const res = await ts.api(path, {
+        method,
+        key: other.apiKey,
+        json: method === 'POST' ? { threadId: t.id, messages: [{ role: 'user', content: 'x' }] } : undefined,
+      });
+      expect(res.status, `${method} ${path}`).toBe(401);
+      expect(await json(res)).toEqual({ error: 'Unauthorized or app not found' });
     }
     const foreign = await ts.api(`/apps/${appId}/memory/threads/${t.id}`, { key: other.apiKey });
     expect(foreign.status).toBe(401);
     // the foreign caller changed nothing
     const still = await json(await ts.api(`/apps/${appId}/memory/threads/${t.id}`, { key: ws.apiKey }));
-    expect(still.data.status).toBe('active');
+    expect(still.data).toMatchObject({ status: 'active', message_count: 0 });
   });
 });
 
