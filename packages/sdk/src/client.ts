@@ -6,10 +6,12 @@ import {
   APIError,
   APIUserAbortError,
 } from './core/errors.js';
+import { Apps } from './resources/apps.js';
 import { Catalogs } from './resources/catalogs.js';
 import { Chat } from './resources/chat.js';
 import { Storage } from './resources/storage.js';
 import type { Me } from './resources/types.js';
+import { WidgetTokens } from './resources/widget-tokens.js';
 
 export interface ClientOptions {
   /** Workspace API key (`svc_ai_…`). Defaults to `process.env.AI_SUITE_API_KEY`. */
@@ -86,6 +88,8 @@ export class AiSuite {
   readonly catalogs: Catalogs;
   readonly chat: Chat;
   readonly storage: Storage;
+  readonly apps: Apps;
+  readonly widgetTokens: WidgetTokens;
 
   constructor(opts: ClientOptions = {}) {
     this.apiKey = opts.apiKey ?? (opts.widgetToken ? undefined : env('AI_SUITE_API_KEY'));
@@ -98,6 +102,8 @@ export class AiSuite {
     this.catalogs = new Catalogs(this);
     this.chat = new Chat(this);
     this.storage = new Storage(this);
+    this.apps = new Apps(this);
+    this.widgetTokens = new WidgetTokens(this);
   }
 
   /** The workspace and key behind the credentials (`GET /me`), fetched once and cached. */

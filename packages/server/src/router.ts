@@ -1,5 +1,7 @@
+import { appsRouter } from './domains/apps/router.js';
 import { catalogsRouter } from './domains/catalogs/router.js';
 import { storageRouter } from './domains/storage/router.js';
+import { widgetTokensRouter } from './domains/widget-tokens/router.js';
 import { workspacesRouter } from './domains/workspaces/router.js';
 import { router } from './trpc.js';
 
@@ -8,6 +10,8 @@ export const appRouter = router({
   workspaces: workspacesRouter,
   catalogs: catalogsRouter,
   storage: storageRouter,
+  apps: appsRouter,
+  widgetTokens: widgetTokensRouter,
 });
 
 export type AppRouter = typeof appRouter;

@@ -1,14 +1,22 @@
 import { MikroORM } from '@mikro-orm/core';
 import { Migrator } from '@mikro-orm/migrations';
 import { PostgreSqlDriver } from '@mikro-orm/postgresql';
+import { appsEntities } from '../domains/apps/entities.js';
 import { storageEntities } from '../domains/storage/entities.js';
+import { widgetTokenEntities } from '../domains/widget-tokens/entities.js';
 import { foundationEntities } from '../domains/workspaces/entities.js';
 import { meteringEntities } from '../metering/entities.js';
 import { type EmbeddedPostgres, findEmbeddedOwner, lockHolder, startEmbeddedPostgres } from './embedded.js';
 import { migrationsList } from './migrations/index.js';
 
 /** Every entity of every domain. Domains append theirs here. */
-export const allEntities = [...foundationEntities, ...meteringEntities, ...storageEntities];
+export const allEntities = [
+  ...foundationEntities,
+  ...meteringEntities,
+  ...storageEntities,
+  ...appsEntities,
+  ...widgetTokenEntities,
+];
 
 export type Orm = MikroORM<PostgreSqlDriver>;
 
