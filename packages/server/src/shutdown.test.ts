@@ -25,7 +25,7 @@ describe('the server process', () => {
         .poll(
           () => /"url":"(http:\/\/[^"]+)"/.exec(out)?.[1] ?? (child.exitCode !== null ? err : undefined),
           {
-            timeout: 90_000,
+            timeout: 240_000, // a fresh data directory runs initdb and every migration
             interval: 200,
           },
         )
@@ -50,5 +50,5 @@ describe('the server process', () => {
     } finally {
       if (child.exitCode === null) child.kill('SIGKILL');
     }
-  }, 120_000);
+  }, 300_000);
 });

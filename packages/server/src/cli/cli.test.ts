@@ -42,7 +42,7 @@ beforeAll(async () => {
     expect(server.deps.db.embedded).toBeDefined(); // this process owns the data directory
     target = { url, cliEnv: { DATA_DIR: dataDir }, em: () => server.deps.em(), close: () => server.close() };
   }
-}, 120_000);
+}, SLOW);
 
 afterAll(async () => {
   await target?.close();
