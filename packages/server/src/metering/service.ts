@@ -537,8 +537,10 @@ export class PgMetering implements Metering {
       await this.assertTokenQuota(input.workspaceId);
       return new GenerationMeter(this, input);
     }
-    const inputCost = lineCost(Math.max(0, opts.inputTokens ?? 0), input.model.inputPricePerMTok);
-    const held = Math.max(1, opts.minimumMicros ?? 0, inputCost + this.chunkMicros(input.model));
+    const known = (n: number | undefined) =>
+      n !== undefined && Number.isFinite(n) && n > 0 ? Math.ceil(n) : 0;
+    const inputCost = lineCost(known(opts.inputTokens), input.model.inputPricePerMTok);
+    const held = Math.max(1, known(opts.minimumMicros), inputCost + this.chunkMicros(input.model));
     const ok = await this.hold(input.workspaceId, held, { reason: input.endpoint, ref: input.requestId });
     if (!ok) throw insufficientCredits(input.insufficientMessage);
     return new GenerationMeter(this, input, held);
