@@ -98,19 +98,21 @@ function chatHandler(deps: ServerDeps) {
         if (headersSent) res.destroy();
         else sendError(res, appErr);
       }
+    } finally {
+      // Every path past the checks records usage, even if the error handling above throws.
+      service
+        .record({
+          principal,
+          requestId,
+          prepared,
+          status,
+          usage,
+          streamedChars: progress.textChars,
+          producedOutput: progress.started,
+          latencyMs: Date.now() - started,
+        })
+        .catch((err: unknown) => deps.log.error({ err, requestId }, 'recording chat usage failed'));
     }
-    service
-      .record({
-        principal,
-        requestId,
-        prepared,
-        status,
-        usage,
-        streamedChars: progress.textChars,
-        producedOutput: progress.started,
-        latencyMs: Date.now() - started,
-      })
-      .catch((err: unknown) => deps.log.error({ err, requestId }, 'recording chat usage failed'));
   };
 }
 
