@@ -2,6 +2,7 @@ import type { EntityManager } from '@mikro-orm/postgresql';
 import type { Logger } from 'pino';
 import type { Config } from './config.js';
 import type { Database } from './db/orm.js';
+import type { RunEngine } from './runs/engine.js';
 
 /**
  * What every request and background job can reach. Built once at start by `createServer`;
@@ -13,4 +14,6 @@ export interface ServerDeps {
   log: Logger;
   /** A fresh entity manager for one unit of work (request, job, stream). */
   em(): EntityManager;
+  /** The durable run engine (agent turns, autonomous runs). */
+  runs: RunEngine;
 }

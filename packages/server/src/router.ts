@@ -1,3 +1,4 @@
+import { agentsRouter } from './domains/agents/router.js';
 import { catalogsRouter } from './domains/catalogs/router.js';
 import { workspacesRouter } from './domains/workspaces/router.js';
 import { router } from './trpc.js';
@@ -6,6 +7,7 @@ import { router } from './trpc.js';
 export const appRouter = router({
   workspaces: workspacesRouter,
   catalogs: catalogsRouter,
+  agents: agentsRouter,
 });
 
 export type AppRouter = typeof appRouter;

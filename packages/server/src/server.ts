@@ -9,8 +9,10 @@ import { type Config, loadConfig } from './config.js';
 import type { ServerDeps } from './context.js';
 import type { EmbeddedPostgres } from './db/embedded.js';
 import { type Database, openDatabase } from './db/orm.js';
+import { registerAgentRuntime } from './domains/agents/runtime.js';
 import { runHeadlessInit } from './domains/workspaces/init.js';
 import { createLogger } from './logger.js';
+import { createRunEngine } from './runs/index.js';
 
 export interface CreateServerOptions {
   /** Environment to read the configuration from (default `process.env`). */
@@ -66,7 +68,10 @@ export async function createServer(opts: CreateServerOptions = {}): Promise<AiSu
     await db.close();
     throw err;
   }
-  const deps: ServerDeps = { config, db, log, em };
+  const runs = createRunEngine({ config, log, em });
+  const deps: ServerDeps = { config, db, log, em, runs };
+  registerAgentRuntime(deps);
+  await runs.start();
   const app = createApp(deps);
   let server: http.Server | undefined;
   let closing: Promise<void> | undefined;
@@ -98,6 +103,7 @@ export async function createServer(opts: CreateServerOptions = {}): Promise<AiSu
           await done;
           clearTimeout(timer);
         }
+        await runs.stop();
         await db.close();
       })();
       return closing;

@@ -1,6 +1,7 @@
 import type { Router } from 'express';
 import type { ZodOpenApiPathsObject } from 'zod-openapi';
 import type { ServerDeps } from '../context.js';
+import { agentRoutes } from '../domains/agents/routes.js';
 
 /**
  * Routes trpc-to-openapi cannot express (SSE, multipart, file streams): plain express
@@ -14,4 +15,4 @@ export interface RawRouteModule {
 }
 
 /** Every raw route module. Domains append theirs here. */
-export const rawRouteModules: RawRouteModule[] = [];
+export const rawRouteModules: RawRouteModule[] = [agentRoutes];

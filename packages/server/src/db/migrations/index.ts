@@ -1,5 +1,7 @@
 import type { MigrationObject } from '@mikro-orm/core';
 import { Migration20261121000000_foundation } from './Migration20261121000000_foundation.js';
+import { Migration20261121040001_run_engine } from './Migration20261121040001_run_engine.js';
+import { Migration20261121040002_agents } from './Migration20261121040002_agents.js';
 
 /**
  * Every migration, in order. Listed explicitly (not globbed) so the bundled server and the
@@ -7,4 +9,6 @@ import { Migration20261121000000_foundation } from './Migration20261121000000_fo
  */
 export const migrationsList: MigrationObject[] = [
   { name: 'Migration20261121000000_foundation', class: Migration20261121000000_foundation },
+  { name: 'Migration20261121040001_run_engine', class: Migration20261121040001_run_engine },
+  { name: 'Migration20261121040002_agents', class: Migration20261121040002_agents },
 ];

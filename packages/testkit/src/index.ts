@@ -1,0 +1,3 @@
+export * from './fake-search.js';
+export * from './http-fixture.js';
+export * from './mcp-server.js';
