@@ -3,6 +3,8 @@ import type { Logger } from 'pino';
 import type { Config } from './config.js';
 import type { Database } from './db/orm.js';
 import type { RunEngine } from './runs/engine.js';
+import type { Metering } from './metering/types.js';
+import type { LlmProvider, ModelCatalog } from './providers/llm.js';
 
 /**
  * What every request and background job can reach. Built once at start by `createServer`;
@@ -16,4 +18,10 @@ export interface ServerDeps {
   em(): EntityManager;
   /** The durable run engine (agent turns, autonomous runs). */
   runs: RunEngine;
+  /** Configured models (MODELS_FILE or OPENAI_* / CHAT_MODEL env). */
+  models: ModelCatalog;
+  /** Calls OpenAI-compatible models. */
+  llm: LlmProvider;
+  /** Token quota, credits, rate limits and usage records. */
+  metering: Metering;
 }

@@ -12,6 +12,7 @@ import { type Database, openDatabase } from './db/orm.js';
 import { registerAgentRuntime } from './domains/agents/runtime.js';
 import { runHeadlessInit } from './domains/workspaces/init.js';
 import { createLogger } from './logger.js';
+import { createAiDeps } from './providers/setup.js';
 import { createRunEngine } from './runs/index.js';
 
 export interface CreateServerOptions {
@@ -55,12 +56,17 @@ async function ensureSigningSecret(em: EntityManager, configured: string | undef
 export async function createServer(opts: CreateServerOptions = {}): Promise<AiSuiteServer> {
   const config = opts.config ?? loadConfig(opts.env);
   const log = opts.logger ?? createLogger(config.logLevel);
+  let em: () => EntityManager = () => {
+    throw new Error('database not open yet');
+  };
+  // Model and metering configuration errors fail the start, before the database opens.
+  const ai = createAiDeps(config, () => em());
   const db: Database = await openDatabase({
     databaseUrl: config.databaseUrl,
     dataDir: config.dataDir,
     embedded: opts.embedded,
   });
-  const em = () => db.orm.em.fork() as unknown as EntityManager;
+  em = () => db.orm.em.fork() as unknown as EntityManager;
   try {
     config.signingSecret = await ensureSigningSecret(em(), config.signingSecret);
     await runHeadlessInit(em(), config, log);
@@ -69,7 +75,7 @@ export async function createServer(opts: CreateServerOptions = {}): Promise<AiSu
     throw err;
   }
   const runs = createRunEngine({ config, log, em });
-  const deps: ServerDeps = { config, db, log, em, runs };
+  const deps: ServerDeps = { config, db, log, em, ...ai, runs };
   registerAgentRuntime(deps);
   await runs.start();
   const app = createApp(deps);

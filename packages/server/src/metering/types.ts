@@ -1,4 +1,4 @@
-import type { ModelInfo } from '../providers/llm.js';
+import type { LlmUsage, ModelInfo } from '../providers/llm.js';
 
 /**
  * The metering contract every capability calls around model and image work (spec 1.11, 7, 8).
@@ -53,6 +53,7 @@ export interface Metering {
     model: ModelInfo,
     inputTokens: number,
     outputTokens: number,
+    images?: number,
   ): {
     costMicros: number;
     lines: UsageComponentLine[];
@@ -65,4 +66,49 @@ export interface Metering {
    * to set on a successful response too.
    */
   rateLimit(workspaceId: string, bucket: RateLimitBucket): Promise<Record<string, string>>;
+
+  /** Current balance in micro-dollars. */
+  balanceMicros(workspaceId: string): Promise<number>;
+  /** The workspace's /chat token quota, usage in the current billing cycle and next reset. */
+  tokenQuotaStatus(
+    workspaceId: string,
+  ): Promise<{ quota: number | null; used: number; cycleStart: Date; resetsAt: Date }>;
+  /**
+   * Starts one metered generation: checks up front (402 `INSUFFICIENT_CREDITS` for the
+   * `credits` meter, 403 `Token limit exceeded` for `tokens`), then accumulates usage,
+   * re-checks credits mid-stream and debits once + records usage on `finish`.
+   */
+  startGeneration(input: GenerationInput, opts?: { minimumMicros?: number }): Promise<GenerationMeter>;
+}
+
+export type GenerationInput = Omit<
+  UsageRecordInput,
+  'inputTokens' | 'outputTokens' | 'costMicros' | 'providerStatus' | 'latencyMs' | 'componentLines' | 'model'
+> & {
+  model: ModelInfo;
+  /** Message for 402 (apps chat says `Insufficient credits`); default the spec's long one. */
+  insufficientMessage?: string;
+};
+
+/**
+ * One generation's meter. Typical use in a streaming capability:
+ *
+ *   const meter = await deps.metering.startGeneration({ workspaceId, endpoint, model, requestId, meter: 'credits' });
+ *   for each text delta: if (meter.addStreamedChars(text.length)) await meter.check(); // 402 mid-stream
+ *   after each model call: meter.addUsage(usage);
+ *   at the end (also on error/abort): await meter.finish('success' | 'error' | 'aborted');
+ */
+export interface GenerationMeter {
+  readonly inputTokens: number;
+  readonly outputTokens: number;
+  /** Adds what one model call reported (replaces the streamed-characters estimate). */
+  addUsage(usage: LlmUsage): void;
+  addImages(n?: number): void;
+  /** Notes streamed output characters; true when a credit re-check is due. */
+  addStreamedChars(chars: number): boolean;
+  /** 402 when the balance cannot cover what this generation has cost so far. */
+  check(): Promise<void>;
+  costMicros(): number;
+  /** Debits once (credits meter) and writes the usage record; idempotent. */
+  finish(providerStatus: UsageRecordInput['providerStatus']): Promise<{ costMicros: number; short: boolean }>;
 }

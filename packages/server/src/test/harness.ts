@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
+import { type FakeOpenAI, type FakeOpenAIOptions, fakeOpenAIEnv, startFakeOpenAI } from '@ai-suite/testkit';
 import pg from 'pg';
 import { inject } from 'vitest';
 import './provided.js';
@@ -121,4 +122,32 @@ export async function createTestWorkspace(
   if (opts.creditsUsd) await svc.grantCredits(ws.id, usdToMicros(opts.creditsUsd));
   const { key, apiKey } = await svc.createApiKey({ workspaceId: ws.id, name: 'test' });
   return { workspaceId: ws.id, apiKey: key, keyId: apiKey.id };
+}
+
+export { type FakeOpenAI, type FakeOpenAIOptions, fakeOpenAIEnv, startFakeOpenAI };
+
+/**
+ * A test server whose model provider is a fake OpenAI-compatible upstream on loopback
+ * (chat model id `fake-chat` at $1/$2 per million input/output tokens, embeddings `fake-embed`).
+ * `close()` stops both.
+ */
+export async function startTestServerWithFakeModel(
+  opts: StartTestServerOptions & { fake?: FakeOpenAIOptions } = {},
+): Promise<TestServer & { fake: FakeOpenAI }> {
+  const fake = await startFakeOpenAI(opts.fake);
+  let ts: TestServer;
+  try {
+    ts = await startTestServer({ ...opts, env: { ...fakeOpenAIEnv(fake), ...opts.env } });
+  } catch (err) {
+    await fake.close();
+    throw err;
+  }
+  return {
+    ...ts,
+    fake,
+    async close() {
+      await ts.close();
+      await fake.close();
+    },
+  };
 }

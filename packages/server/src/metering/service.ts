@@ -1,0 +1,406 @@
+import type { EntityManager } from '@mikro-orm/postgresql';
+import { AppError } from '../http/errors.js';
+import type { LlmUsage, ModelInfo } from '../providers/llm.js';
+import { estimateTokens } from '../providers/openai-provider.js';
+import { cycleStart, nextCycleStart } from './cycle.js';
+import type {
+  GenerationInput,
+  GenerationMeter as GenerationMeterContract,
+  Metering,
+  RateLimitBucket,
+  UsageComponentLine,
+  UsageRecordInput,
+} from './types.js';
+
+export const INSUFFICIENT_CREDITS = 'Insufficient credits. Please purchase additional credits to continue.';
+export const TOKEN_LIMIT_EXCEEDED = 'Token limit exceeded';
+export const RATE_LIMIT_EXCEEDED = 'Rate limit exceeded';
+
+export const insufficientCredits = (message = INSUFFICIENT_CREDITS) =>
+  new AppError(402, message, 'INSUFFICIENT_CREDITS');
+
+export interface RateLimitRule {
+  /** Requests per window; 0 turns the bucket off. */
+  limit: number;
+  windowSeconds: number;
+}
+
+export interface MeteringSettings {
+  rateLimits: Record<RateLimitBucket, RateLimitRule>;
+  /** Output tokens between two mid-generation credit checks. */
+  creditCheckEveryTokens: number;
+}
+
+const int = (v: string | undefined, name: string, fallback: number): number => {
+  if (v === undefined || v.trim() === '') return fallback;
+  const n = Number(v);
+  if (!Number.isSafeInteger(n) || n < 0) throw new Error(`${name} must be a non-negative integer`);
+  return n;
+};
+
+/** Metering settings from the environment (documented in docs/models-and-metering.md). */
+export function meteringSettingsFromEnv(env: Record<string, string | undefined>): MeteringSettings {
+  const windowSeconds = Math.max(1, int(env.RATE_LIMIT_WINDOW_SECONDS, 'RATE_LIMIT_WINDOW_SECONDS', 60));
+  const rule = (name: string, fallback: number): RateLimitRule => ({
+    limit: int(env[name], name, fallback),
+    windowSeconds,
+  });
+  return {
+    rateLimits: {
+      chat: rule('RATE_LIMIT_CHAT', 60),
+      session_create: rule('RATE_LIMIT_SESSION_CREATE', 30),
+      agent_message: rule('RATE_LIMIT_AGENT_MESSAGE', 60),
+      app_chat: rule('RATE_LIMIT_APP_CHAT', 120),
+    },
+    creditCheckEveryTokens: Math.max(
+      1,
+      int(env.METERING_CREDIT_CHECK_TOKENS, 'METERING_CREDIT_CHECK_TOKENS', 256),
+    ),
+  };
+}
+
+export interface TokenQuotaStatus {
+  /** null: unlimited. */
+  quota: number | null;
+  used: number;
+  cycleStart: Date;
+  resetsAt: Date;
+}
+
+/** Price of one line: quantity × unit price in micro-dollars, rounded up to a whole micro. */
+const lineCost = (quantity: number, unitPriceMicros: number) => Math.ceil(quantity * unitPriceMicros - 1e-9);
+
+/**
+ * One metered generation: accumulates tokens (and images), re-checks the credit balance every
+ * `creditCheckEveryTokens` output tokens while a long generation streams, then debits once and
+ * writes one usage record at the end.
+ */
+export class GenerationMeter implements GenerationMeterContract {
+  inputTokens = 0;
+  outputTokens = 0;
+  images = 0;
+  estimated = false;
+  /** Output characters streamed and not yet covered by a reported usage. */
+  private pendingChars = 0;
+  private lastCheckTokens = 0;
+  private finished = false;
+  private readonly startedAt = Date.now();
+
+  constructor(
+    private readonly metering: PgMetering,
+    readonly input: GenerationInput,
+  ) {}
+
+  /** Adds the usage one model call reported (or estimated). */
+  addUsage(usage: LlmUsage): void {
+    this.inputTokens += usage.inputTokens;
+    this.outputTokens += usage.outputTokens;
+    this.pendingChars = 0;
+    if (usage.estimated) this.estimated = true;
+  }
+
+  addImages(n = 1): void {
+    this.images += n;
+  }
+
+  /**
+   * Notes streamed output characters (before the call's usage is known). Returns true when a
+   * credit re-check is due: call `check()` then.
+   */
+  addStreamedChars(chars: number): boolean {
+    this.pendingChars += chars;
+    return this.currentOutputTokens() - this.lastCheckTokens >= this.metering.settings.creditCheckEveryTokens;
+  }
+
+  private currentOutputTokens(): number {
+    return this.outputTokens + estimateTokens(this.pendingChars);
+  }
+
+  /** Cost so far, in micro-dollars. */
+  costMicros(): number {
+    return this.metering.price(this.input.model, this.inputTokens, this.currentOutputTokens(), this.images)
+      .costMicros;
+  }
+
+  /** 402 when the balance cannot cover what this generation has cost so far. */
+  async check(): Promise<void> {
+    this.lastCheckTokens = this.currentOutputTokens();
+    if (this.input.meter !== 'credits') return;
+    await this.metering.assertCredits(
+      this.input.workspaceId,
+      Math.max(1, this.costMicros()),
+      this.input.insufficientMessage,
+    );
+  }
+
+  /**
+   * Debits the cost once (credits meter) and writes the usage record. Idempotent: a second
+   * call does nothing. Returns the cost and whether the balance fell short of it.
+   */
+  async finish(
+    providerStatus: UsageRecordInput['providerStatus'],
+  ): Promise<{ costMicros: number; short: boolean }> {
+    if (this.finished) return { costMicros: 0, short: false };
+    this.finished = true;
+    const outputTokens = this.currentOutputTokens();
+    const { costMicros, lines } = this.metering.price(
+      this.input.model,
+      this.inputTokens,
+      outputTokens,
+      this.images,
+    );
+    let short = false;
+    if (this.input.meter === 'credits' && costMicros > 0) {
+      const d = await this.metering.debit(this.input.workspaceId, costMicros, {
+        reason: this.input.endpoint,
+        ref: this.input.requestId,
+      });
+      short = d.short;
+    }
+    const { insufficientMessage: _m, model, ...rest } = this.input;
+    await this.metering.record({
+      ...rest,
+      model: model.id,
+      inputTokens: this.inputTokens,
+      outputTokens,
+      costMicros,
+      providerStatus,
+      latencyMs: Date.now() - this.startedAt,
+      componentLines: lines,
+    });
+    return { costMicros, short };
+  }
+}
+
+/**
+ * The metering service on PostgreSQL (server or embedded): every balance change and counter
+ * is one SQL statement, so any number of server processes sharing the database agree.
+ */
+export class PgMetering implements Metering {
+  constructor(
+    private readonly em: () => EntityManager,
+    readonly settings: MeteringSettings,
+  ) {}
+
+  // ---- token quota (/chat) -------------------------------------------------------------
+
+  async tokenQuotaStatus(workspaceId: string, now = new Date()): Promise<TokenQuotaStatus> {
+    const rows = await this.em().execute<
+      {
+        quota: string | null;
+        anchor: Date | string;
+        tokens: string | null;
+        cycle_start: Date | string | null;
+      }[]
+    >(
+      `select w.monthly_token_quota as quota, w.billing_cycle_anchor as anchor, u.tokens, u.cycle_start
+         from workspaces w
+         left join lateral (
+           select tokens, cycle_start from workspace_token_usage
+            where workspace_id = w.id order by cycle_start desc limit 1
+         ) u on true
+        where w.id = ?`,
+      [workspaceId],
+    );
+    const row = rows[0];
+    if (!row) throw new AppError(404, 'Workspace not found');
+    const anchor = new Date(row.anchor);
+    const start = cycleStart(anchor, now);
+    const latest = row.cycle_start ? new Date(row.cycle_start).getTime() : undefined;
+    return {
+      quota: row.quota === null ? null : Number(row.quota),
+      used: latest === start.getTime() ? Number(row.tokens ?? 0) : 0,
+      cycleStart: start,
+      resetsAt: nextCycleStart(anchor, now),
+    };
+  }
+
+  async assertTokenQuota(workspaceId: string): Promise<void> {
+    const s = await this.tokenQuotaStatus(workspaceId);
+    if (s.quota !== null && s.used >= s.quota) throw new AppError(403, TOKEN_LIMIT_EXCEEDED);
+  }
+
+  // ---- credits -----------------------------------------------------------------------------
+
+  async balanceMicros(workspaceId: string): Promise<number> {
+    const rows = await this.em().execute<{ b: string }[]>(
+      'select credit_balance_micros as b from workspaces where id = ?',
+      [workspaceId],
+    );
+    if (!rows[0]) throw new AppError(404, 'Workspace not found');
+    return Number(rows[0].b);
+  }
+
+  async assertCredits(workspaceId: string, atLeastMicros?: number, message?: string): Promise<void> {
+    const balance = await this.balanceMicros(workspaceId);
+    const need = atLeastMicros ?? 1;
+    if (balance <= 0 || balance < need) throw insufficientCredits(message);
+  }
+
+  async debit(
+    workspaceId: string,
+    micros: number,
+    ref: { reason: string; ref?: string },
+  ): Promise<{ balanceMicros: number; short: boolean }> {
+    if (!Number.isSafeInteger(micros) || micros < 0) throw new Error(`Invalid debit amount ${micros}`);
+    // One statement: the UPDATE clamps the debit to what is left (SET expressions all read the
+    // row as it was, so `last_debit_micros` is what was taken), and the ledger line is written
+    // from its RETURNING. Concurrent debits serialise on the row lock; none can be lost.
+    const rows = await this.em().execute<{ after: string; took: string }[]>(
+      `with upd as (
+         update workspaces set
+           credit_balance_micros = credit_balance_micros - least(?::bigint, greatest(credit_balance_micros, 0)),
+           last_debit_micros = least(?::bigint, greatest(credit_balance_micros, 0)),
+           updated_at = now()
+         where id = ?
+         returning id, credit_balance_micros as after, last_debit_micros as took
+       ), led as (
+         insert into credit_ledger (id, workspace_id, amount_micros, balance_after_micros, kind, reason, ref)
+         select gen_random_uuid(), upd.id, -upd.took, upd.after, 'debit', ?, ? from upd
+       )
+       select after, took from upd`,
+      [micros, micros, workspaceId, ref.reason, ref.ref ?? null],
+    );
+    const row = rows[0];
+    if (!row) throw new AppError(404, 'Workspace not found');
+    return { balanceMicros: Number(row.after), short: Number(row.took) < micros };
+  }
+
+  price(
+    model: ModelInfo,
+    inputTokens: number,
+    outputTokens: number,
+    images = 0,
+  ): { costMicros: number; lines: UsageComponentLine[] } {
+    // USD per million tokens = micro-dollars per token.
+    const lines: UsageComponentLine[] = [];
+    if (inputTokens > 0 || images === 0) {
+      lines.push({
+        component: 'input_tokens',
+        quantity: inputTokens,
+        unitPriceMicros: model.inputPricePerMTok,
+        costMicros: lineCost(inputTokens, model.inputPricePerMTok),
+      });
+    }
+    if (outputTokens > 0 || images === 0) {
+      lines.push({
+        component: 'output_tokens',
+        quantity: outputTokens,
+        unitPriceMicros: model.outputPricePerMTok,
+        costMicros: lineCost(outputTokens, model.outputPricePerMTok),
+      });
+    }
+    if (images > 0) {
+      const unit = Math.round((model.pricePerImage ?? 0) * 1_000_000);
+      lines.push({ component: 'image', quantity: images, unitPriceMicros: unit, costMicros: images * unit });
+    }
+    return { costMicros: lines.reduce((s, l) => s + l.costMicros, 0), lines };
+  }
+
+  // ---- usage records -----------------------------------------------------------------------
+
+  async record(rec: UsageRecordInput): Promise<void> {
+    let cycle: Date | null = null;
+    if (rec.meter === 'tokens' && rec.inputTokens + rec.outputTokens > 0) {
+      cycle = (await this.tokenQuotaStatus(rec.workspaceId)).cycleStart;
+    }
+    const tokens = rec.inputTokens + rec.outputTokens;
+    // One statement: the record, the key's totals and the workspace's cycle tokens.
+    await this.em().execute(
+      `with rec as (
+         insert into usage_records (id, workspace_id, api_key_id, app_id, thread_id, session_id, run_id,
+           request_id, endpoint, model, meter, input_tokens, output_tokens, cost_micros, provider_status,
+           latency_ms, component_lines)
+         values (gen_random_uuid(), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?::jsonb)
+       ), key as (
+         update api_keys set request_count = request_count + 1, input_tokens = input_tokens + ?,
+           output_tokens = output_tokens + ?, cost_micros = cost_micros + ?
+         where id = ? and workspace_id = ?
+       )
+       insert into workspace_token_usage (workspace_id, cycle_start, tokens)
+       select ?, ?::timestamptz, ? where ?::boolean
+       on conflict (workspace_id, cycle_start)
+       do update set tokens = workspace_token_usage.tokens + excluded.tokens, updated_at = now()`,
+      [
+        rec.workspaceId,
+        rec.apiKeyId ?? null,
+        rec.appId ?? null,
+        rec.threadId ?? null,
+        rec.sessionId ?? null,
+        rec.runId ?? null,
+        rec.requestId,
+        rec.endpoint,
+        rec.model,
+        rec.meter,
+        rec.inputTokens,
+        rec.outputTokens,
+        rec.costMicros,
+        rec.providerStatus,
+        Math.max(0, Math.round(rec.latencyMs)),
+        JSON.stringify(rec.componentLines ?? []),
+        rec.inputTokens,
+        rec.outputTokens,
+        rec.costMicros,
+        rec.apiKeyId ?? null,
+        rec.workspaceId,
+        rec.workspaceId,
+        (cycle ?? new Date(0)).toISOString(),
+        tokens,
+        cycle !== null,
+      ],
+    );
+  }
+
+  // ---- rate limits -------------------------------------------------------------------------
+
+  async rateLimit(workspaceId: string, bucket: RateLimitBucket): Promise<Record<string, string>> {
+    const rule = this.settings.rateLimits[bucket];
+    if (!rule || rule.limit <= 0) return {};
+    const w = rule.windowSeconds;
+    // One statement per request: a fixed window keyed by workspace and bucket, in the
+    // database's clock, so every process shares the same counter.
+    const rows = await this.em().execute<{ hits: number; reset_in: string | number }[]>(
+      `insert into rate_limit_windows as r (key, window_start, hits)
+       values (?, to_timestamp(floor(extract(epoch from now()) / ?) * ?), 1)
+       on conflict (key) do update set
+         hits = case when r.window_start = excluded.window_start then r.hits + 1 else 1 end,
+         window_start = excluded.window_start
+       returning hits, extract(epoch from (window_start - now())) + ? as reset_in`,
+      [`${bucket}:${workspaceId}`, w, w, w],
+    );
+    const row = rows[0] as { hits: number; reset_in: string | number };
+    const hits = Number(row.hits);
+    const reset = Math.max(1, Math.ceil(Number(row.reset_in)));
+    const headers: Record<string, string> = {
+      'RateLimit-Policy': `${rule.limit};w=${w}`,
+      'RateLimit-Limit': String(rule.limit),
+      'RateLimit-Remaining': String(Math.max(0, rule.limit - hits)),
+      'RateLimit-Reset': String(reset),
+    };
+    if (hits > rule.limit) {
+      throw new AppError(429, RATE_LIMIT_EXCEEDED, 'RATE_LIMITED', undefined, {
+        ...headers,
+        'Retry-After': String(reset),
+      });
+    }
+    return headers;
+  }
+
+  // ---- generations ---------------------------------------------------------------------------
+
+  /**
+   * Starts a metered generation for a credit-metered capability: 402 up front when the balance
+   * is empty (or below `minimumMicros`), then a `GenerationMeter` to feed and finish.
+   */
+  async startGeneration(
+    input: GenerationInput,
+    opts: { minimumMicros?: number } = {},
+  ): Promise<GenerationMeter> {
+    if (input.meter === 'credits') {
+      await this.assertCredits(input.workspaceId, opts.minimumMicros, input.insufficientMessage);
+    } else {
+      await this.assertTokenQuota(input.workspaceId);
+    }
+    return new GenerationMeter(this, input);
+  }
+}

@@ -1,0 +1,249 @@
+import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { type FakeOpenAI, fakeOpenAIEnv, startFakeOpenAI } from '@ai-suite/testkit';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { AppError } from '../http/errors.js';
+import type { ChatStreamPart } from './llm.js';
+import { loadModelCatalog } from './models.js';
+import { OpenAiLlmProvider } from './openai-provider.js';
+
+let fake: FakeOpenAI;
+let llm: OpenAiLlmProvider;
+let catalog: ReturnType<typeof loadModelCatalog>;
+
+beforeAll(async () => {
+  fake = await startFakeOpenAI();
+  catalog = loadModelCatalog(fakeOpenAIEnv(fake));
+  llm = new OpenAiLlmProvider(catalog, { maxRetries: 0, timeoutMs: 5_000 });
+});
+afterAll(() => fake?.close());
+beforeEach(() => fake.reset());
+
+const collect = async (it: AsyncIterable<ChatStreamPart>) => {
+  const parts: ChatStreamPart[] = [];
+  for await (const p of it) parts.push(p);
+  return parts;
+};
+
+const chat = () => catalog.resolve('chat');
+
+describe('OpenAI-compatible provider against the fake upstream', () => {
+  it('streams text, asks for usage and reports the upstream usage', async () => {
+    fake.script({ text: ['Hel', 'lo ', 'world'], usage: { prompt_tokens: 11, completion_tokens: 3 } });
+    const parts = await collect(llm.stream({ model: chat(), messages: [{ role: 'user', content: 'hi' }] }));
+    expect(parts.filter((p) => p.type === 'text').map((p) => (p as { text: string }).text)).toEqual([
+      'Hel',
+      'lo ',
+      'world',
+    ]);
+    expect(parts.at(-2)).toEqual({
+      type: 'usage',
+      usage: { inputTokens: 11, outputTokens: 3, estimated: false },
+    });
+    expect(parts.at(-1)).toEqual({ type: 'finish', reason: 'stop' });
+    const body = fake.requests[0]?.body;
+    expect(body).toMatchObject({
+      model: 'fake-chat',
+      stream: true,
+      stream_options: { include_usage: true },
+      messages: [{ role: 'user', content: 'hi' }],
+    });
+  });
+
+  it('estimates about 4 characters per token when the upstream reports no usage', async () => {
+    fake.script({ text: 'x'.repeat(41), usage: false });
+    const r = await llm.streamText(
+      { model: chat(), messages: [{ role: 'user', content: 'y'.repeat(17) }] },
+      () => {},
+    );
+    expect(r.usage).toEqual({ inputTokens: 5, outputTokens: 11, estimated: true });
+  });
+
+  it('assembles several streamed tool calls', async () => {
+    fake.script({
+      toolCalls: [
+        { id: 'call_a', name: 'lookup', arguments: '{"q":"first question"}' },
+        { id: 'call_b', name: 'fetch', arguments: '{"url":"https://example.com/x"}' },
+      ],
+    });
+    const parts = await collect(
+      llm.stream({
+        model: chat(),
+        messages: [{ role: 'user', content: 'use tools' }],
+        tools: [{ name: 'lookup', parameters: { type: 'object' } }],
+      }),
+    );
+    expect(parts.filter((p) => p.type === 'tool_call')).toEqual([
+      { type: 'tool_call', call: { id: 'call_a', name: 'lookup', arguments: '{"q":"first question"}' } },
+      {
+        type: 'tool_call',
+        call: { id: 'call_b', name: 'fetch', arguments: '{"url":"https://example.com/x"}' },
+      },
+    ]);
+    expect(parts.at(-1)).toEqual({ type: 'finish', reason: 'tool_calls' });
+    expect(fake.requests[0]?.body.tools[0]).toMatchObject({ type: 'function', function: { name: 'lookup' } });
+  });
+
+  it('completes without streaming, with tool calls and usage', async () => {
+    fake.script({
+      text: 'done',
+      toolCalls: [{ id: 'c1', name: 'x', arguments: '{}' }],
+      usage: { prompt_tokens: 7, completion_tokens: 2 },
+    });
+    const r = await llm.complete({ model: chat(), messages: [{ role: 'user', content: 'go' }] });
+    expect(r).toEqual({
+      text: 'done',
+      toolCalls: [{ id: 'c1', name: 'x', arguments: '{}' }],
+      usage: { inputTokens: 7, outputTokens: 2, estimated: false },
+      finishReason: 'tool_calls',
+    });
+  });
+
+  it('maps an upstream error to 502 AI model error with its details', async () => {
+    fake.script({ error: { status: 400, message: 'context length exceeded' } });
+    const err = await llm
+      .streamText({ model: chat(), messages: [{ role: 'user', content: 'hi' }] }, () => {})
+      .catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(AppError);
+    expect(err).toMatchObject({ status: 502, message: 'AI model error: context length exceeded' });
+  });
+
+  it('maps a refused connection and a timeout to 502 AI service is temporarily unavailable', async () => {
+    const port = await new Promise<number>((resolve) => {
+      const s = net.createServer();
+      s.listen(0, '127.0.0.1', () => {
+        const p = (s.address() as net.AddressInfo).port;
+        s.close(() => resolve(p));
+      });
+    });
+    const dead = loadModelCatalog({ ...fakeOpenAIEnv(fake), OPENAI_BASE_URL: `http://127.0.0.1:${port}/v1` });
+    const deadLlm = new OpenAiLlmProvider(dead, { maxRetries: 0, timeoutMs: 5_000 });
+    const refused = await deadLlm
+      .streamText({ model: dead.resolve('chat'), messages: [{ role: 'user', content: 'hi' }] }, () => {})
+      .catch((e: unknown) => e);
+    expect(refused).toMatchObject({ status: 502, message: 'AI service is temporarily unavailable' });
+
+    fake.script({ hang: true });
+    const slow = new OpenAiLlmProvider(catalog, { maxRetries: 0, timeoutMs: 200 });
+    const timedOut = await slow
+      .streamText({ model: chat(), messages: [{ role: 'user', content: 'hi' }] }, () => {})
+      .catch((e: unknown) => e);
+    expect(timedOut).toMatchObject({ status: 502, message: 'AI service is temporarily unavailable' });
+  });
+
+  it('fails a stream that breaks after the first chunk', async () => {
+    fake.script({ text: ['a', 'b', 'c', 'd'], failAfterChunks: 2 });
+    const got: string[] = [];
+    const err = await llm
+      .streamText({ model: chat(), messages: [{ role: 'user', content: 'hi' }] }, (t) => got.push(t))
+      .catch((e: unknown) => e);
+    expect(got).toEqual(['a', 'b']);
+    expect(err).toBeInstanceOf(AppError);
+    expect((err as AppError).status).toBe(502);
+  });
+
+  it('aborts the upstream request through the signal', async () => {
+    fake.script({ text: 'x'.repeat(400), chunkSize: 1, paceMs: 5 });
+    const ac = new AbortController();
+    const progress = { textChars: 0, started: false };
+    const run = llm.streamText(
+      { model: chat(), messages: [{ role: 'user', content: 'hi' }], signal: ac.signal },
+      () => {
+        if (progress.textChars >= 3) ac.abort();
+      },
+      progress,
+    );
+    await expect(run).rejects.toBeDefined();
+    await expect.poll(() => fake.requests[0]?.aborted).toBe(true);
+    expect(fake.requests[0]?.chunksSent).toBeLessThan(400);
+  });
+
+  it('embeds through the embeddings endpoint, deterministically', async () => {
+    const model = catalog.resolve('embedding');
+    const a = await llm.embed(model, ['alpha', 'beta']);
+    const b = await llm.embed(model, ['alpha']);
+    expect(a.vectors).toHaveLength(2);
+    expect(a.vectors[0]).toEqual(b.vectors[0]);
+    expect(a.vectors[0]).not.toEqual(a.vectors[1]);
+    expect(a.usage.estimated).toBe(false);
+    fake.scriptEmbeddings({ error: { status: 429, message: 'slow down' } });
+    await expect(llm.embed(model, ['x'])).rejects.toMatchObject({
+      status: 502,
+      message: 'AI model error: slow down',
+    });
+  });
+});
+
+describe('model catalog configuration', () => {
+  it('has no model without configuration: 503 No AI model configured', () => {
+    const empty = loadModelCatalog({});
+    expect(empty.list()).toEqual([]);
+    expect(() => empty.resolve('chat')).toThrow(
+      expect.objectContaining({ status: 503, message: 'No AI model configured' }),
+    );
+  });
+
+  it('builds the default chat model from the environment', () => {
+    const c = loadModelCatalog({
+      CHAT_MODEL: 'gpt-4o-mini',
+      CHAT_MODEL_CONTEXT_WINDOW: '64000',
+      CHAT_MODEL_INPUT_PRICE_PER_MTOK: '0.15',
+      CHAT_MODEL_OUTPUT_PRICE_PER_MTOK: '0.6',
+    });
+    expect(c.defaultId('chat')).toBe('gpt-4o-mini');
+    expect(c.resolve('chat')).toMatchObject({
+      id: 'gpt-4o-mini',
+      upstream: 'gpt-4o-mini',
+      provider: 'default',
+      contextWindow: 64000,
+      inputPricePerMTok: 0.15,
+      outputPricePerMTok: 0.6,
+    });
+    expect(() => c.resolve('chat', 'other')).toThrow(
+      expect.objectContaining({ status: 400, message: 'Invalid model' }),
+    );
+    expect(() => c.resolve('embedding')).toThrow(expect.objectContaining({ status: 503 }));
+  });
+
+  it('reads several providers and models from MODELS_FILE', () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'models-'));
+    const file = path.join(dir, 'models.json');
+    fs.writeFileSync(
+      file,
+      JSON.stringify({
+        providers: [
+          { id: 'local', baseUrl: 'http://127.0.0.1:1/v1' },
+          { id: 'router', baseUrl: 'http://127.0.0.1:2/v1', apiKeyEnv: 'ROUTER_KEY' },
+        ],
+        models: [
+          { id: 'small', provider: 'local', upstream: 'llama-3-8b', kind: 'chat', contextWindow: 8192 },
+          {
+            id: 'big',
+            provider: 'router',
+            upstream: 'vendor/big',
+            kind: 'chat',
+            inputPricePerMTok: 3,
+            outputPricePerMTok: 15,
+            default: true,
+          },
+          { id: 'emb', provider: 'local', kind: 'embedding', inputPricePerMTok: 0.02 },
+          { id: 'img', provider: 'router', kind: 'image', pricePerImage: 0.04 },
+          { id: 'old', provider: 'local', kind: 'chat', active: false },
+        ],
+      }),
+    );
+    const c = loadModelCatalog({ MODELS_FILE: file, ROUTER_KEY: 'sk-router' });
+    expect(c.defaultId('chat')).toBe('big');
+    expect(c.resolve('chat', 'small').upstream).toBe('llama-3-8b');
+    expect(c.resolve('image').pricePerImage).toBe(0.04);
+    expect(c.provider('router')?.apiKey).toBe('sk-router');
+    expect(c.list('chat').map((m) => m.id)).toEqual(['small', 'big']);
+    expect(() => c.resolve('chat', 'old')).toThrow(expect.objectContaining({ message: 'Invalid model' }));
+    expect(() => c.resolve('chat', 'emb')).toThrow(expect.objectContaining({ message: 'Invalid model' }));
+    fs.writeFileSync(file, JSON.stringify({ providers: [], models: [] }));
+    expect(() => loadModelCatalog({ MODELS_FILE: file })).toThrow(/MODELS_FILE/);
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+});

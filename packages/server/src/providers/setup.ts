@@ -1,0 +1,23 @@
+import type { EntityManager } from '@mikro-orm/postgresql';
+import type { Config } from '../config.js';
+import { meteringSettingsFromEnv, PgMetering } from '../metering/service.js';
+import { loadModelCatalog } from './models.js';
+import { OpenAiLlmProvider } from './openai-provider.js';
+
+const nonNegInt = (v: string | undefined, name: string, fallback: number) => {
+  if (v === undefined || v.trim() === '') return fallback;
+  const n = Number(v);
+  if (!Number.isSafeInteger(n) || n < 0) throw new Error(`${name} must be a non-negative integer`);
+  return n;
+};
+
+/** The model catalog, the LLM provider and metering, from the configuration. */
+export function createAiDeps(config: Config, em: () => EntityManager) {
+  const models = loadModelCatalog(config.env);
+  const llm = new OpenAiLlmProvider(models, {
+    maxRetries: nonNegInt(config.env.LLM_MAX_RETRIES, 'LLM_MAX_RETRIES', 1),
+    timeoutMs: Math.max(1, nonNegInt(config.env.LLM_TIMEOUT_MS, 'LLM_TIMEOUT_MS', 60_000)),
+  });
+  const metering = new PgMetering(em, meteringSettingsFromEnv(config.env));
+  return { models, llm, metering };
+}

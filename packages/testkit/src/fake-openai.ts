@@ -1,0 +1,414 @@
+import { createHash, randomBytes } from 'node:crypto';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+
+/**
+ * A fake OpenAI-compatible HTTP server for tests, examples and benchmarks. It speaks the real
+ * wire protocol (`/v1/chat/completions` streaming and not, `/v1/embeddings`, `/v1/models`),
+ * so the `openai` SDK is exercised end to end, never stubbed in-process.
+ *
+ * Replies are scripted: `script(...)` queues replies consumed one per chat request, in order;
+ * when the queue is empty the default reply is used.
+ */
+
+export interface FakeToolCall {
+  id?: string;
+  name: string;
+  /** JSON text of the arguments; streamed in several argument fragments. */
+  arguments: string;
+}
+
+export interface FakeUpstreamError {
+  status: number;
+  message: string;
+  type?: string;
+  code?: string | null;
+}
+
+export interface FakeChatReply {
+  /** Text of the reply: a string (split into `chunkSize`-character chunks) or explicit chunks. */
+  text?: string | string[];
+  /** Characters per chunk when `text` is a string (default 4). */
+  chunkSize?: number;
+  toolCalls?: FakeToolCall[];
+  /**
+   * Usage to report: explicit numbers, `false` for none (even when asked), or `'auto'`
+   * (default): prompt ≈ characters of the messages / 4, completion = number of chunks.
+   */
+  usage?: { prompt_tokens: number; completion_tokens: number } | false | 'auto';
+  /** Delay between streamed chunks, ms. */
+  paceMs?: number;
+  /** Delay before the response headers (first byte), ms. */
+  delayMs?: number;
+  /** Never answer (until the client goes away). */
+  hang?: boolean;
+  /** Answer with this HTTP error and an OpenAI error body. */
+  error?: FakeUpstreamError;
+  /** Streamed only: destroy the connection after this many content chunks. */
+  failAfterChunks?: number;
+  finishReason?: string;
+}
+
+export interface FakeEmbeddingReply {
+  error?: FakeUpstreamError;
+  delayMs?: number;
+  usage?: { prompt_tokens: number } | false;
+}
+
+export interface RecordedRequest {
+  method: string;
+  path: string;
+  headers: http.IncomingHttpHeaders;
+  /** Parsed JSON body (or the raw text when not JSON). */
+  body: any;
+  /** True once the client closed the connection before the reply was complete. */
+  aborted: boolean;
+  /** True once the full reply was written. */
+  completed: boolean;
+  /** Content chunks written to this request (streaming). */
+  chunksSent: number;
+}
+
+export interface FakeOpenAIOptions {
+  /** Reply when the script is empty (default: text "Hello from the fake model."). */
+  defaultReply?: FakeChatReply | ((body: any) => FakeChatReply);
+  /** Embedding vector dimension (default 8). */
+  embeddingDimensions?: number;
+  /** Required bearer token; requests with another answer 401 (default: any). */
+  apiKey?: string;
+  port?: number;
+}
+
+export interface FakeOpenAI {
+  /** Base URL including `/v1`, for `OPENAI_BASE_URL`. */
+  url: string;
+  requests: RecordedRequest[];
+  /** Queues chat replies, consumed one per chat completion request. */
+  script(...replies: (FakeChatReply | ((body: any) => FakeChatReply))[]): void;
+  /** Queues embedding replies, consumed one per embeddings request. */
+  scriptEmbeddings(...replies: FakeEmbeddingReply[]): void;
+  /** Clears scripts and recorded requests. */
+  reset(): void;
+  /** Resolves when `n` chat requests have been received. */
+  waitForRequests(n: number): Promise<void>;
+  close(): Promise<void>;
+}
+
+const DEFAULT_REPLY: FakeChatReply = { text: 'Hello from the fake model.' };
+
+function chunkText(reply: FakeChatReply): string[] {
+  if (reply.text === undefined) return [];
+  if (Array.isArray(reply.text)) return reply.text;
+  const size = Math.max(1, reply.chunkSize ?? 4);
+  const out: string[] = [];
+  for (let i = 0; i < reply.text.length; i += size) out.push(reply.text.slice(i, i + size));
+  return out;
+}
+
+function promptChars(body: any): number {
+  let n = 0;
+  for (const m of Array.isArray(body?.messages) ? body.messages : []) {
+    if (typeof m?.content === 'string') n += m.content.length;
+    else if (Array.isArray(m?.content)) {
+      for (const part of m.content) if (typeof part?.text === 'string') n += part.text.length;
+    }
+  }
+  return n;
+}
+
+/** A deterministic unit vector per text: same text, same vector. */
+function embedText(text: string, dims: number): number[] {
+  const out: number[] = [];
+  let seed = createHash('sha256').update(text).digest();
+  while (out.length < dims) {
+    for (let i = 0; i + 4 <= seed.length && out.length < dims; i += 4) {
+      out.push(seed.readInt32BE(i) / 2 ** 31);
+    }
+    seed = createHash('sha256').update(seed).digest();
+  }
+  const norm = Math.sqrt(out.reduce((s, v) => s + v * v, 0)) || 1;
+  return out.map((v) => v / norm);
+}
+
+/** Flushes what was written, then closes the socket mid-body: the client sees a broken stream. */
+function breakConnection(res: http.ServerResponse) {
+  const socket = res.socket;
+  if (socket) socket.end();
+  else res.destroy();
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+export async function startFakeOpenAI(opts: FakeOpenAIOptions = {}): Promise<FakeOpenAI> {
+  const chatScript: (FakeChatReply | ((body: any) => FakeChatReply))[] = [];
+  const embedScript: FakeEmbeddingReply[] = [];
+  const requests: RecordedRequest[] = [];
+  const waiters: { n: number; resolve: () => void }[] = [];
+  const dims = opts.embeddingDimensions ?? 8;
+  const sockets = new Set<import('node:net').Socket>();
+
+  const chatCount = () => requests.filter((r) => r.path.endsWith('/chat/completions')).length;
+  const notify = () => {
+    for (const w of [...waiters]) {
+      if (chatCount() >= w.n) {
+        waiters.splice(waiters.indexOf(w), 1);
+        w.resolve();
+      }
+    }
+  };
+
+  const sendError = (res: http.ServerResponse, e: FakeUpstreamError) => {
+    res.writeHead(e.status, { 'content-type': 'application/json' });
+    res.end(
+      JSON.stringify({
+        error: {
+          message: e.message,
+          type: e.type ?? 'invalid_request_error',
+          param: null,
+          code: e.code ?? null,
+        },
+      }),
+    );
+  };
+
+  async function handleChat(req: http.IncomingMessage, res: http.ServerResponse, rec: RecordedRequest) {
+    const body = rec.body ?? {};
+    const next = chatScript.shift() ?? opts.defaultReply ?? DEFAULT_REPLY;
+    const reply = typeof next === 'function' ? next(body) : next;
+    if (reply.hang) {
+      await new Promise<void>((r) => req.socket.once('close', () => r()));
+      return;
+    }
+    if (reply.delayMs) await sleep(reply.delayMs);
+    if (rec.aborted) return;
+    if (reply.error) {
+      sendError(res, reply.error);
+      rec.completed = true;
+      return;
+    }
+    const id = `chatcmpl-${randomBytes(8).toString('hex')}`;
+    const created = Math.floor(Date.now() / 1000);
+    const model = typeof body.model === 'string' ? body.model : 'fake';
+    const chunks = chunkText(reply);
+    const toolCalls = (reply.toolCalls ?? []).map((t) => ({
+      ...t,
+      id: t.id ?? `call_${randomBytes(6).toString('hex')}`,
+    }));
+    const finish = reply.finishReason ?? (toolCalls.length > 0 ? 'tool_calls' : 'stop');
+    const usage =
+      reply.usage === false
+        ? undefined
+        : reply.usage === undefined || reply.usage === 'auto'
+          ? { prompt_tokens: Math.ceil(promptChars(body) / 4), completion_tokens: Math.max(1, chunks.length) }
+          : reply.usage;
+    const usageBody = usage && { ...usage, total_tokens: usage.prompt_tokens + usage.completion_tokens };
+
+    if (!body.stream) {
+      const text = chunks.join('');
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(
+        JSON.stringify({
+          id,
+          object: 'chat.completion',
+          created,
+          model,
+          choices: [
+            {
+              index: 0,
+              message: {
+                role: 'assistant',
+                content: text.length > 0 || toolCalls.length === 0 ? text : null,
+                ...(toolCalls.length > 0
+                  ? {
+                      tool_calls: toolCalls.map((t) => ({
+                        id: t.id,
+                        type: 'function',
+                        function: { name: t.name, arguments: t.arguments },
+                      })),
+                    }
+                  : {}),
+                refusal: null,
+              },
+              finish_reason: finish,
+              logprobs: null,
+            },
+          ],
+          ...(usageBody ? { usage: usageBody } : {}),
+        }),
+      );
+      rec.completed = true;
+      return;
+    }
+
+    res.writeHead(200, {
+      'content-type': 'text/event-stream',
+      'cache-control': 'no-cache',
+      connection: 'keep-alive',
+    });
+    res.socket?.setNoDelay(true);
+    const frame = (choices: unknown[], extra: Record<string, unknown> = {}) =>
+      `data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created, model, choices, ...extra })}\n\n`;
+    const delta = (d: Record<string, unknown>, finishReason: string | null = null) =>
+      frame([{ index: 0, delta: d, finish_reason: finishReason, logprobs: null }]);
+
+    // The first delta carries the role (the SDK's stream helpers rely on it).
+    res.write(delta({ role: 'assistant', content: '' }));
+    let sent = 0;
+    for (const c of chunks) {
+      if (rec.aborted) return;
+      if (reply.failAfterChunks !== undefined && sent >= reply.failAfterChunks) {
+        breakConnection(res);
+        return;
+      }
+      if (reply.paceMs) await sleep(reply.paceMs);
+      if (rec.aborted) return;
+      res.write(delta({ content: c }));
+      sent++;
+      rec.chunksSent = sent;
+    }
+    if (reply.failAfterChunks !== undefined && sent >= reply.failAfterChunks) {
+      breakConnection(res);
+      return;
+    }
+    toolCalls.forEach((t, index) => {
+      res.write(
+        delta({
+          tool_calls: [{ index, id: t.id, type: 'function', function: { name: t.name, arguments: '' } }],
+        }),
+      );
+      // Arguments arrive in fragments, as from real models.
+      const step = Math.max(1, Math.ceil(t.arguments.length / 3));
+      for (let i = 0; i < t.arguments.length; i += step) {
+        res.write(
+          delta({ tool_calls: [{ index, function: { arguments: t.arguments.slice(i, i + step) } }] }),
+        );
+      }
+    });
+    res.write(delta({}, finish));
+    if (body.stream_options?.include_usage && usageBody) res.write(frame([], { usage: usageBody }));
+    res.end('data: [DONE]\n\n');
+    rec.completed = true;
+  }
+
+  async function handleEmbeddings(res: http.ServerResponse, rec: RecordedRequest) {
+    const reply = embedScript.shift() ?? {};
+    if (reply.delayMs) await sleep(reply.delayMs);
+    if (reply.error) {
+      sendError(res, reply.error);
+      return;
+    }
+    const input: string[] = Array.isArray(rec.body?.input) ? rec.body.input : [String(rec.body?.input ?? '')];
+    const tokens = input.reduce((s, t) => s + Math.ceil(String(t).length / 4), 0);
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.end(
+      JSON.stringify({
+        object: 'list',
+        model: rec.body?.model ?? 'fake-embed',
+        data: input.map((t, index) => ({
+          object: 'embedding',
+          index,
+          embedding: embedText(String(t), dims),
+        })),
+        ...(reply.usage === false
+          ? {}
+          : { usage: { prompt_tokens: reply.usage?.prompt_tokens ?? tokens, total_tokens: tokens } }),
+      }),
+    );
+    rec.completed = true;
+  }
+
+  const server = http.createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      const raw = Buffer.concat(chunks).toString('utf8');
+      let body: any = raw;
+      try {
+        body = raw ? JSON.parse(raw) : undefined;
+      } catch {
+        /* keep the text */
+      }
+      const path = (req.url ?? '/').split('?')[0] ?? '/';
+      const rec: RecordedRequest = {
+        method: req.method ?? 'GET',
+        path,
+        headers: req.headers,
+        body,
+        aborted: false,
+        completed: false,
+        chunksSent: 0,
+      };
+      res.on('close', () => {
+        if (!rec.completed) rec.aborted = true;
+      });
+      requests.push(rec);
+      notify();
+      if (opts.apiKey && req.headers.authorization !== `Bearer ${opts.apiKey}`) {
+        sendError(res, { status: 401, message: 'Incorrect API key provided', type: 'invalid_request_error' });
+        return;
+      }
+      let work: Promise<void>;
+      if (req.method === 'POST' && path.endsWith('/chat/completions')) work = handleChat(req, res, rec);
+      else if (req.method === 'POST' && path.endsWith('/embeddings')) work = handleEmbeddings(res, rec);
+      else if (req.method === 'GET' && path.endsWith('/models')) {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ object: 'list', data: [] }));
+        work = Promise.resolve();
+      } else {
+        sendError(res, { status: 404, message: `Unknown path ${path}`, type: 'invalid_request_error' });
+        work = Promise.resolve();
+      }
+      work.catch(() => res.destroy());
+    });
+  });
+  server.on('connection', (s) => {
+    sockets.add(s);
+    s.on('close', () => sockets.delete(s));
+  });
+  server.keepAliveTimeout = 5_000;
+  await new Promise<void>((resolve) => server.listen(opts.port ?? 0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+
+  return {
+    url: `http://127.0.0.1:${port}/v1`,
+    requests,
+    script(...replies) {
+      chatScript.push(...replies);
+    },
+    scriptEmbeddings(...replies) {
+      embedScript.push(...replies);
+    },
+    reset() {
+      chatScript.length = 0;
+      embedScript.length = 0;
+      requests.length = 0;
+    },
+    waitForRequests(n) {
+      return new Promise<void>((resolve) => {
+        waiters.push({ n, resolve });
+        notify();
+      });
+    },
+    close() {
+      return new Promise<void>((resolve) => {
+        for (const s of sockets) s.destroy();
+        server.close(() => resolve());
+      });
+    },
+  };
+}
+
+/** The server environment that points the service at a fake upstream (model id `fake-chat`). */
+export function fakeOpenAIEnv(fake: { url: string }): Record<string, string> {
+  return {
+    OPENAI_BASE_URL: fake.url,
+    OPENAI_API_KEY: 'test',
+    CHAT_MODEL: 'fake-chat',
+    EMBEDDING_MODEL: 'fake-embed',
+    // $1 / $2 per million tokens: 1 micro-dollar per input token, 2 per output token.
+    CHAT_MODEL_INPUT_PRICE_PER_MTOK: '1',
+    CHAT_MODEL_OUTPUT_PRICE_PER_MTOK: '2',
+    EMBEDDING_MODEL_PRICE_PER_MTOK: '1',
+    LLM_MAX_RETRIES: '0',
+  };
+}
