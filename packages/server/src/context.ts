@@ -2,9 +2,10 @@ import type { EntityManager } from '@mikro-orm/postgresql';
 import type { Logger } from 'pino';
 import type { Config } from './config.js';
 import type { Database } from './db/orm.js';
-import type { RunEngine } from './runs/engine.js';
 import type { Metering } from './metering/types.js';
 import type { LlmProvider, ModelCatalog } from './providers/llm.js';
+import type { RunEngine } from './runs/engine.js';
+import type { ObjectStore } from './storage/object-store.js';
 
 /**
  * What every request and background job can reach. Built once at start by `createServer`;
@@ -24,4 +25,6 @@ export interface ServerDeps {
   llm: LlmProvider;
   /** Token quota, credits, rate limits and usage records. */
   metering: Metering;
+  /** The one object store (S3 or `DATA_DIR/objects`): uploads, images, deliverables. */
+  objects: ObjectStore;
 }

@@ -1,13 +1,14 @@
 import { MikroORM } from '@mikro-orm/core';
 import { Migrator } from '@mikro-orm/migrations';
 import { PostgreSqlDriver } from '@mikro-orm/postgresql';
+import { storageEntities } from '../domains/storage/entities.js';
 import { foundationEntities } from '../domains/workspaces/entities.js';
 import { meteringEntities } from '../metering/entities.js';
 import { type EmbeddedPostgres, findEmbeddedOwner, startEmbeddedPostgres } from './embedded.js';
 import { migrationsList } from './migrations/index.js';
 
 /** Every entity of every domain. Domains append theirs here. */
-export const allEntities = [...foundationEntities, ...meteringEntities];
+export const allEntities = [...foundationEntities, ...meteringEntities, ...storageEntities];
 
 export type Orm = MikroORM<PostgreSqlDriver>;
 
