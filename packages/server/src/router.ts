@@ -1,5 +1,6 @@
 import { agentsRouter } from './domains/agents/router.js';
 import { catalogsRouter } from './domains/catalogs/router.js';
+import { runsRouter } from './domains/runs/router.js';
 import { storageRouter } from './domains/storage/router.js';
 import { workspacesRouter } from './domains/workspaces/router.js';
 import { router } from './trpc.js';
@@ -10,6 +11,7 @@ export const appRouter = router({
   catalogs: catalogsRouter,
   agents: agentsRouter,
   storage: storageRouter,
+  runs: runsRouter,
 });
 
 export type AppRouter = typeof appRouter;

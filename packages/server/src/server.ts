@@ -10,6 +10,7 @@ import type { ServerDeps } from './context.js';
 import type { EmbeddedPostgres } from './db/embedded.js';
 import { type Database, openDatabase } from './db/orm.js';
 import { registerAgentRuntime } from './domains/agents/runtime.js';
+import { registerAutonomousRuns } from './domains/runs/runtime.js';
 import { runHeadlessInit } from './domains/workspaces/init.js';
 import { createLogger } from './logger.js';
 import { createAiDeps } from './providers/setup.js';
@@ -81,6 +82,7 @@ export async function createServer(opts: CreateServerOptions = {}): Promise<AiSu
   const runs = createRunEngine({ config, log, em });
   const deps: ServerDeps = { config, db, log, em, ...ai, runs, objects };
   registerAgentRuntime(deps);
+  const autonomous = registerAutonomousRuns(deps);
   await runs.start();
   const app = createApp(deps);
   let server: http.Server | undefined;
@@ -114,6 +116,7 @@ export async function createServer(opts: CreateServerOptions = {}): Promise<AiSu
           await done;
           clearTimeout(timer);
         }
+        await autonomous.stop();
         await runs.stop();
         await db.close();
       })();

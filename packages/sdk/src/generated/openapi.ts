@@ -305,6 +305,41 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/managed-agents/agents/{agentId}/runs": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List the autonomous runs of an agent, newest first */
+        get: operations["runs-listRuns"];
+        put?: never;
+        /** Start an autonomous run (idempotent on metadata.messageId) */
+        post: operations["runs-createRun"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/managed-agents/agents/{agentId}/runs/{runId}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Get a run with its events and artifacts; while it is live, X-Poll-After-Ms and Retry-After say when to poll again */
+        get: operations["runs-getRun"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/managed-agents/sessions/{sessionId}/messages": {
         parameters: {
             query?: never;
@@ -473,6 +508,16 @@ export interface components {
             enabledSkillIds?: string[];
             /** @default true */
             enabled: boolean;
+        };
+        RunMetadata: {
+            source?: string;
+            containerId?: string;
+            threadId?: string;
+            externalWorkspaceId?: string;
+            /** @description Idempotency key: same key, same agent, same run */
+            messageId?: string;
+            /** Format: uri */
+            webhookUrl?: string;
         };
         Me: {
             workspace: {
@@ -834,6 +879,48 @@ export interface components {
             /** @description owner/repo */
             repo: string;
             branch: string;
+        };
+        RunCreated: {
+            runId: string;
+            sessionId: string;
+            created_at: string;
+        };
+        Run: {
+            id: string;
+            /** @enum {string} */
+            status: "pending" | "running" | "completed" | "failed" | "cancelled";
+            task: string;
+            session_id: string;
+            created_at: string;
+            started_at: string | null;
+            completed_at: string | null;
+            error: string | null;
+            metadata: {
+                [key: string]: unknown;
+            };
+        };
+        RunDetail: {
+            run: components["schemas"]["Run"];
+            events: components["schemas"]["RunEvent"][];
+            artifacts: components["schemas"]["RunArtifact"][];
+        };
+        RunEvent: {
+            /** @description Sequence of the event in the run log (also the SSE `id:`) */
+            id: number;
+            event_type: string;
+            payload: {
+                [key: string]: unknown;
+            };
+            created_at: string;
+        };
+        RunArtifact: {
+            id: string;
+            /** @description Storage file (type `deliverable`, sourceId = run id) */
+            file_id: string;
+            filename: string;
+            mime_type: string;
+            size_bytes: number;
+            created_at: string;
         };
         ImportResult: {
             imported: number;
@@ -2405,6 +2492,216 @@ export interface operations {
             };
             /** @description Insufficient access */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal server error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "runs-listRuns": {
+        parameters: {
+            query?: {
+                limit?: number;
+            };
+            header?: never;
+            path: {
+                agentId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        runs: components["schemas"]["Run"][];
+                    };
+                };
+            };
+            /** @description Invalid input data */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Insufficient access */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Pack not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal server error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "runs-createRun": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                agentId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    task: string;
+                    sessionId?: string;
+                    metadata?: components["schemas"]["RunMetadata"];
+                    /**
+                     * Format: uri
+                     * @description Completion webhook (also accepted as metadata.webhookUrl); docs/runs.md
+                     */
+                    webhookUrl?: string;
+                };
+            };
+        };
+        responses: {
+            /** @description Successful response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RunCreated"];
+                };
+            };
+            /** @description Invalid input data */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Insufficient access */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal server error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "runs-getRun": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                agentId: string;
+                runId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RunDetail"];
+                };
+            };
+            /** @description Invalid input data */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Insufficient access */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Pack not found */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -12,7 +12,7 @@ import type {
   ToolCall,
 } from '../../providers/llm.js';
 import { webSearchProvidersFromEnv } from '../../providers/web-search.js';
-import type { RunExecution, RunExecutor, RunOutcome } from '../../runs/index.js';
+import type { RunExecution, RunExecutor, RunKind, RunOutcome } from '../../runs/index.js';
 import { runStore } from '../../runs/index.js';
 import { effectiveConfig } from './config.js';
 import { parseAllowlist } from './outbound.js';
@@ -44,12 +44,25 @@ type Row = Record<string, unknown>;
  * tools the service owns, pause on the ones the integrator owns, until the model answers,
  * `maxIterations`, `maxWallClockMs`, cancellation, or a failure.
  */
+/** How another run kind reuses the agent loop (autonomous runs: src/domains/runs). */
+export interface AgentLoopOptions {
+  kind?: RunKind;
+  /** Endpoint recorded on usage records. */
+  endpoint?: string;
+  /** Tools added to the agent's toolset for this run kind (e.g. `deliverable_write`). */
+  extraTools?: (ctx: ToolContext, exec: RunExecution) => AgentTool[];
+}
+
 export class TurnExecutor implements RunExecutor {
-  readonly kind = 'turn' as const;
+  readonly kind: RunKind;
   private readonly toolEnv: ToolEnv;
   private readonly toolDeadlineMs: number;
 
-  constructor(private readonly deps: RuntimeDeps) {
+  constructor(
+    private readonly deps: RuntimeDeps,
+    private readonly loop: AgentLoopOptions = {},
+  ) {
+    this.kind = loop.kind ?? 'turn';
     const env = deps.config.env;
     this.toolEnv = {
       em: deps.em,
@@ -112,6 +125,7 @@ export class TurnExecutor implements RunExecutor {
     });
     try {
       if (!toolset) return this.wallClockOrAbort(exec, wallClock, config);
+      for (const t of this.loop.extraTools?.(ctx, exec) ?? []) toolset.tools.set(t.definition.name, t);
       const defs = [...toolset.tools.values()].map((t) => t.definition);
       while (state.iterations < config.compute.maxIterations) {
         if (metering) {
@@ -253,7 +267,7 @@ export class TurnExecutor implements RunExecutor {
         sessionId: run.sessionId,
         runId: run.id,
         requestId: String(run.input.requestId ?? run.id),
-        endpoint: MESSAGES_ENDPOINT,
+        endpoint: this.loop.endpoint ?? MESSAGES_ENDPOINT,
         model: model.id,
         inputTokens,
         outputTokens,
