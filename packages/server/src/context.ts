@@ -2,9 +2,9 @@ import type { EntityManager } from '@mikro-orm/postgresql';
 import type { Logger } from 'pino';
 import type { Config } from './config.js';
 import type { Database } from './db/orm.js';
-import type { RunEngine } from './runs/engine.js';
 import type { Metering } from './metering/types.js';
 import type { LlmProvider, ModelCatalog } from './providers/llm.js';
+import type { RunEngine } from './runs/engine.js';
 
 /**
  * What every request and background job can reach. Built once at start by `createServer`;
