@@ -7,7 +7,8 @@ type Row = Record<string, unknown>;
 const ms = (n: number) => `${Math.max(0, Math.trunc(n))} milliseconds`;
 
 const toDate = (v: unknown) => (v == null ? null : v instanceof Date ? v : new Date(String(v)));
-const json = (v: unknown) => (typeof v === 'string' ? JSON.parse(v) : v);
+// pg parses jsonb itself; a jsonb string value arrives as a JS string.
+const json = (v: unknown) => v;
 
 export function toRun(r: Row): RunRecord {
   return {

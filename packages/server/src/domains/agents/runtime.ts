@@ -6,14 +6,14 @@ import type { Metering } from '../../metering/types.js';
 import type {
   LlmMessage,
   LlmProvider,
-  LlmUsage,
   ModelCatalog,
   ModelInfo,
   ToolCall,
+  ToolDefinition,
 } from '../../providers/llm.js';
 import { webSearchProvidersFromEnv } from '../../providers/web-search.js';
 import type { RunExecution, RunExecutor, RunKind, RunOutcome } from '../../runs/index.js';
-import { runStore } from '../../runs/index.js';
+import { RunGoneError, runStore } from '../../runs/index.js';
 import { effectiveConfig } from './config.js';
 import { parseAllowlist } from './outbound.js';
 import type { AgentConfig } from './schema.js';
@@ -34,7 +34,6 @@ interface TurnState {
 
 const MESSAGES_ENDPOINT = '/managed-agents/sessions/{sessionId}/messages';
 const INSUFFICIENT = 'Insufficient credits. Please purchase additional credits to continue.';
-const estimateTokens = (s: string) => Math.ceil(s.length / 4);
 const num = (v: string | undefined, d: number) => (v && Number.isFinite(Number(v)) ? Number(v) : d);
 
 type Row = Record<string, unknown>;
@@ -83,7 +82,7 @@ export class TurnExecutor implements RunExecutor {
     const agent = await loadAgent(em, run.appId as string, run.workspaceId);
     if (!agent) return { status: 'failed', error: 'Agent not found' };
     const config = effectiveConfig(agent.config);
-    const { llm, models, metering } = this.deps;
+    const { llm, models } = this.deps;
     let model: ModelInfo;
     try {
       if (!llm || !models) throw new AppError(503, 'No AI model configured');
@@ -128,20 +127,15 @@ export class TurnExecutor implements RunExecutor {
       for (const t of this.loop.extraTools?.(ctx, exec) ?? []) toolset.tools.set(t.definition.name, t);
       const defs = [...toolset.tools.values()].map((t) => t.definition);
       while (state.iterations < config.compute.maxIterations) {
-        if (metering) {
-          try {
-            await metering.assertCredits(run.workspaceId, undefined, INSUFFICIENT);
-          } catch (err) {
-            return this.fail(exec, err);
-          }
-        }
         state.iterations++;
         let reply: { text: string; toolCalls: ToolCall[] };
         try {
           reply = await this.callModel(exec, model, state.messages, defs, signal);
         } catch (err) {
-          if (wallClock.aborted && !exec.signal.aborted)
+          if (err instanceof RunGoneError) throw err;
+          if (wallClock.aborted && !exec.signal.aborted) {
             return this.wallClockOrAbort(exec, wallClock, config);
+          }
           if (exec.signal.aborted) throw err;
           return this.fail(exec, err);
         }
@@ -198,87 +192,53 @@ export class TurnExecutor implements RunExecutor {
     return { messages, iterations: 0, elapsedMs: 0, pending: [] };
   }
 
-  /** One model call: streams deltas as events and records usage, even when aborted. */
+  /**
+   * One model call: streams deltas as events; the generation meter re-checks credits as
+   * text streams (402 mid-stream) and debits + records usage once, even when aborted.
+   */
   private async callModel(
     exec: RunExecution,
     model: ModelInfo,
     messages: LlmMessage[],
-    tools: ReturnType<typeof Object.values>,
+    tools: ToolDefinition[],
     signal: AbortSignal,
   ): Promise<{ text: string; toolCalls: ToolCall[] }> {
     const { run } = exec;
     const llm = this.deps.llm as LlmProvider;
-    const t0 = Date.now();
+    const meter = await this.deps.metering?.startGeneration({
+      workspaceId: run.workspaceId,
+      apiKeyId: (run.input.apiKeyId as string | null) ?? null,
+      appId: run.appId,
+      sessionId: run.sessionId,
+      runId: run.id,
+      requestId: String(run.input.requestId || run.id),
+      endpoint: this.loop.endpoint ?? MESSAGES_ENDPOINT,
+      model,
+      meter: 'credits',
+      insufficientMessage: INSUFFICIENT,
+    });
     let text = '';
     const toolCalls: ToolCall[] = [];
-    let usage: LlmUsage | undefined;
-    let status = 'success';
     try {
-      const stream = llm.stream({
-        model,
-        messages,
-        tools: tools.length > 0 ? (tools as never) : undefined,
-        signal,
-      });
+      const stream = llm.stream({ model, messages, tools: tools.length > 0 ? tools : undefined, signal });
       for await (const part of stream) {
         if (part.type === 'text' && part.text) {
           text += part.text;
           await exec.emit('message.delta', { runId: run.id, content: part.text });
+          if (meter?.addStreamedChars(part.text.length)) await meter.check();
         } else if (part.type === 'tool_call') {
           toolCalls.push(part.call);
         } else if (part.type === 'usage') {
-          usage = part.usage;
+          meter?.addUsage(part.usage);
         }
       }
+      await meter?.finish('success');
       return { text, toolCalls };
     } catch (err) {
-      status = signal.aborted ? 'aborted' : 'error';
+      await meter
+        ?.finish(signal.aborted ? 'aborted' : 'error')
+        .catch((e) => this.deps.log.error({ err: e, runId: run.id }, 'recording agent usage failed'));
       throw err;
-    } finally {
-      await this.recordUsage(exec, model, messages, text, usage, status, Date.now() - t0);
-    }
-  }
-
-  private async recordUsage(
-    exec: RunExecution,
-    model: ModelInfo,
-    messages: LlmMessage[],
-    text: string,
-    usage: LlmUsage | undefined,
-    providerStatus: string,
-    latencyMs: number,
-  ): Promise<void> {
-    const metering = this.deps.metering;
-    if (!metering) return;
-    const { run } = exec;
-    const inputTokens =
-      usage?.inputTokens ??
-      estimateTokens(messages.map((m) => ('content' in m && m.content ? m.content : '')).join('\n'));
-    const outputTokens = usage?.outputTokens ?? estimateTokens(text);
-    try {
-      const price = metering.price(model, inputTokens, outputTokens);
-      if (price.costMicros > 0) {
-        await metering.debit(run.workspaceId, price.costMicros, { reason: 'agent_turn', ref: run.id });
-      }
-      await metering.record({
-        workspaceId: run.workspaceId,
-        apiKeyId: (run.input.apiKeyId as string | null) ?? null,
-        appId: run.appId,
-        sessionId: run.sessionId,
-        runId: run.id,
-        requestId: String(run.input.requestId ?? run.id),
-        endpoint: this.loop.endpoint ?? MESSAGES_ENDPOINT,
-        model: model.id,
-        inputTokens,
-        outputTokens,
-        costMicros: price.costMicros,
-        providerStatus,
-        latencyMs,
-        componentLines: price.lines,
-        meter: 'credits',
-      });
-    } catch (err) {
-      this.deps.log.error({ err, runId: run.id }, 'recording agent usage failed');
     }
   }
 
@@ -395,7 +355,7 @@ async function loadAgent(em: EntityManager, appId: string, workspaceId: string):
   );
   const r = rows[0];
   if (!r) return null;
-  const json = <T>(v: unknown): T => (typeof v === 'string' ? JSON.parse(v) : v) as T;
+  const json = <T>(v: unknown): T => v as T;
   return {
     id: r.id as string,
     workspaceId: r.workspace_id as string,

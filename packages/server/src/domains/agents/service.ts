@@ -12,7 +12,7 @@ import type { AgentConfigInput, CONCURRENCY_POLICIES } from './schema.js';
 
 type Row = Record<string, unknown>;
 const iso = (v: unknown) => (v == null ? null : (v instanceof Date ? v : new Date(String(v))).toISOString());
-const json = <T>(v: unknown): T => (typeof v === 'string' ? JSON.parse(v) : v) as T;
+const json = <T>(v: unknown): T => v as T;
 
 /** Model provider and metering, wired by the metering work; optional until they are. */
 export type AgentDeps = ServerDeps & {
