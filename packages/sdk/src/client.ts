@@ -7,6 +7,7 @@ import {
   APIUserAbortError,
 } from './core/errors.js';
 import { Catalogs } from './resources/catalogs.js';
+import { Storage } from './resources/storage.js';
 import type { Me } from './resources/types.js';
 
 export interface ClientOptions {
@@ -82,6 +83,7 @@ export class AiSuite {
   private mePromise: Promise<Me> | undefined;
 
   readonly catalogs: Catalogs;
+  readonly storage: Storage;
 
   constructor(opts: ClientOptions = {}) {
     this.apiKey = opts.apiKey ?? (opts.widgetToken ? undefined : env('AI_SUITE_API_KEY'));
@@ -92,6 +94,7 @@ export class AiSuite {
     this.fetchImpl = opts.fetch ?? ((...args) => fetch(...args));
     this.defaultHeaders = opts.defaultHeaders ?? {};
     this.catalogs = new Catalogs(this);
+    this.storage = new Storage(this);
   }
 
   /** The workspace and key behind the credentials (`GET /me`), fetched once and cached. */

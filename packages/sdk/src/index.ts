@@ -3,4 +3,5 @@ export { APIPromise } from './core/api-promise.js';
 export * from './core/errors.js';
 export { readServerSentEvents, readTextChunks, type ServerSentEvent } from './core/sse.js';
 export type { components, paths } from './generated/openapi.js';
+export type { ImportFile, ImportParams, StorageFileType, Uploadable } from './resources/storage.js';
 export type * from './resources/types.js';

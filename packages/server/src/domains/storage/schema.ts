@@ -54,7 +54,7 @@ const limitParam = z
 export const ListStorageInput = z.object({
   workspaceId,
   type: z
-    .enum(LIST_TYPES, { error: 'Invalid type. Must be one of: all, images, deliverables, documents, files' })
+    .enum(LIST_TYPES, { error: 'Unknown type. Must be one of: all, images, deliverables, documents, files' })
     .optional()
     .default('all'),
   limit: limitParam,

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Readable } from 'node:stream';
 import type { EntityManager } from '@mikro-orm/postgresql';
-import { AppError, badRequest, conflict, notFound } from '../../http/errors.js';
+import { AppError, badRequest, notFound } from '../../http/errors.js';
 import type { ObjectStore } from '../../storage/object-store.js';
 import type { IndexStatus, StorageFileType } from './entities.js';
 import {
@@ -92,10 +92,15 @@ const isUniqueViolation = (err: unknown) => {
   return e?.code === '23505' || e?.name === 'UniqueConstraintViolationException';
 };
 
+/** 409 for a taken name; `x-should-retry: false` because retrying cannot help. */
 export const pathConflict = (path: string) =>
-  conflict(`A file or folder named "${baseName(path)}" already exists at ${path}`, 'STORAGE_PATH_CONFLICT', {
-    path,
-  });
+  new AppError(
+    409,
+    `A file or folder named "${baseName(path)}" already exists at ${path}`,
+    'STORAGE_PATH_CONFLICT',
+    { path },
+    { 'x-should-retry': 'false' },
+  );
 
 /** `{workspaceId}` of a storage path must be the caller's workspace: 401 `Unauthorized` otherwise. */
 export function assertWorkspace(principalWorkspaceId: string, pathWorkspaceId: unknown): void {
