@@ -7,6 +7,7 @@ import {
   APIUserAbortError,
 } from './core/errors.js';
 import { Catalogs } from './resources/catalogs.js';
+import { Chat } from './resources/chat.js';
 import { Storage } from './resources/storage.js';
 import type { Me } from './resources/types.js';
 
@@ -84,6 +85,7 @@ export class AiSuite {
 
   readonly catalogs: Catalogs;
   readonly storage: Storage;
+  readonly chat: Chat;
 
   constructor(opts: ClientOptions = {}) {
     this.apiKey = opts.apiKey ?? (opts.widgetToken ? undefined : env('AI_SUITE_API_KEY'));
@@ -95,6 +97,7 @@ export class AiSuite {
     this.defaultHeaders = opts.defaultHeaders ?? {};
     this.catalogs = new Catalogs(this);
     this.storage = new Storage(this);
+    this.chat = new Chat(this);
   }
 
   /** The workspace and key behind the credentials (`GET /me`), fetched once and cached. */

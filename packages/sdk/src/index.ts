@@ -3,5 +3,6 @@ export { APIPromise } from './core/api-promise.js';
 export * from './core/errors.js';
 export { readServerSentEvents, readTextChunks, type ServerSentEvent } from './core/sse.js';
 export type { components, paths } from './generated/openapi.js';
+export { Chat, ChatStream, type ChatStreamOptions, type ChatStreamParams } from './resources/chat.js';
 export type { ImportFile, ImportParams, StorageFileType, Uploadable } from './resources/storage.js';
 export type * from './resources/types.js';

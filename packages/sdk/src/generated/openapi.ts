@@ -431,6 +431,103 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/chat": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Chat completion streamed as plain text chunks
+         * @description Streams the reply as `text/event-stream` plain-text chunks (no JSON, no terminator); the full reply is the concatenation of all chunks. Token-metered against the workspace monthly quota; rate limited per workspace (`RateLimit-*` headers).
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["ChatRequest"];
+                };
+            };
+            responses: {
+                /** @description The reply, streamed as plain text chunks. */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "text/event-stream": string;
+                    };
+                };
+                /** @description `Messages array is required`, `Last message must have valid content`, `Invalid request body`, `Invalid model` */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+                /** @description `Invalid API key` */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+                /** @description `Token limit exceeded` */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+                /** @description `Rate limit exceeded` (with `Retry-After` and `RateLimit-*` headers) */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+                /** @description `AI model error: <details>` or `AI service is temporarily unavailable` */
+                502: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+                /** @description `No AI model configured` */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -518,6 +615,18 @@ export interface components {
             messageId?: string;
             /** Format: uri */
             webhookUrl?: string;
+        };
+        ChatRequest: {
+            /** @description At least one message; the last must have content. */
+            messages: components["schemas"]["ChatMessage"][];
+            /** @description Model id; defaults to the configured default chat model (see docs/models-and-metering.md). */
+            model?: string;
+        };
+        /** @description One chat message (spec 2.2). */
+        ChatMessage: {
+            /** @enum {string} */
+            role: "user" | "assistant" | "system";
+            content: string;
         };
         Me: {
             workspace: {

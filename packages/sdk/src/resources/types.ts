@@ -19,3 +19,5 @@ export type PathTree = Schemas['PathTree'];
 export type PathTreeFull = Schemas['PathTreeFull'];
 export type ImportResult = Schemas['ImportResult'];
 export type GitHostImportResult = Schemas['GitHostImportResult'];
+export type ChatMessage = Schemas['ChatMessage'];
+export type ChatRequest = Schemas['ChatRequest'];
