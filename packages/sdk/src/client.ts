@@ -8,6 +8,7 @@ import {
 } from './core/errors.js';
 import { Catalogs } from './resources/catalogs.js';
 import { Chat } from './resources/chat.js';
+import { Runs } from './resources/runs.js';
 import { Storage } from './resources/storage.js';
 import type { Me } from './resources/types.js';
 
@@ -85,6 +86,7 @@ export class AiSuite {
 
   readonly catalogs: Catalogs;
   readonly storage: Storage;
+  readonly runs: Runs;
   readonly chat: Chat;
 
   constructor(opts: ClientOptions = {}) {
@@ -97,6 +99,7 @@ export class AiSuite {
     this.defaultHeaders = opts.defaultHeaders ?? {};
     this.catalogs = new Catalogs(this);
     this.storage = new Storage(this);
+    this.runs = new Runs(this);
     this.chat = new Chat(this);
   }
 

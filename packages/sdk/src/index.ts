@@ -4,5 +4,15 @@ export * from './core/errors.js';
 export { readServerSentEvents, readTextChunks, type ServerSentEvent } from './core/sse.js';
 export type { components, paths } from './generated/openapi.js';
 export { Chat, ChatStream, type ChatStreamOptions, type ChatStreamParams } from './resources/chat.js';
+export {
+  isTerminalRunStatus,
+  type PollOptions,
+  pollDelay,
+  type RunArtifactHandle,
+  type RunCreateParams,
+  RunPollTimeoutError,
+  Runs,
+  TERMINAL_RUN_STATUSES,
+} from './resources/runs.js';
 export type { ImportFile, ImportParams, StorageFileType, Uploadable } from './resources/storage.js';
 export type * from './resources/types.js';
