@@ -6,7 +6,9 @@ import {
   APIError,
   APIUserAbortError,
 } from './core/errors.js';
+import { Agents } from './resources/agents.js';
 import { Catalogs } from './resources/catalogs.js';
+import { Sessions } from './resources/sessions.js';
 import type { Me } from './resources/types.js';
 
 export interface ClientOptions {
@@ -82,6 +84,8 @@ export class AiSuite {
   private mePromise: Promise<Me> | undefined;
 
   readonly catalogs: Catalogs;
+  readonly agents: Agents;
+  readonly sessions: Sessions;
 
   constructor(opts: ClientOptions = {}) {
     this.apiKey = opts.apiKey ?? (opts.widgetToken ? undefined : env('AI_SUITE_API_KEY'));
@@ -92,6 +96,8 @@ export class AiSuite {
     this.fetchImpl = opts.fetch ?? ((...args) => fetch(...args));
     this.defaultHeaders = opts.defaultHeaders ?? {};
     this.catalogs = new Catalogs(this);
+    this.agents = new Agents(this);
+    this.sessions = new Sessions(this);
   }
 
   /** The workspace and key behind the credentials (`GET /me`), fetched once and cached. */

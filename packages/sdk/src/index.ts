@@ -3,4 +3,16 @@ export { APIPromise } from './core/api-promise.js';
 export * from './core/errors.js';
 export { readServerSentEvents, readTextChunks, type ServerSentEvent } from './core/sse.js';
 export type { components, paths } from './generated/openapi.js';
+export {
+  type AgentEvent,
+  type AgentEventOf,
+  type AgentEventType,
+  AgentRunError,
+  AgentTurnStream,
+  type ToolHandler,
+  type ToolHandlerContext,
+  type ToolHandlers,
+} from './lib/agent-stream.js';
+export type { CreateAgentParams, UpdateAgentParams } from './resources/agents.js';
+export type { SendMessageOptions } from './resources/sessions.js';
 export type * from './resources/types.js';
