@@ -8,6 +8,7 @@ import {
 } from './core/errors.js';
 import { Agents } from './resources/agents.js';
 import { Catalogs } from './resources/catalogs.js';
+import { Chat } from './resources/chat.js';
 import { Sessions } from './resources/sessions.js';
 import type { Me } from './resources/types.js';
 
@@ -86,6 +87,7 @@ export class AiSuite {
   readonly catalogs: Catalogs;
   readonly agents: Agents;
   readonly sessions: Sessions;
+  readonly chat: Chat;
 
   constructor(opts: ClientOptions = {}) {
     this.apiKey = opts.apiKey ?? (opts.widgetToken ? undefined : env('AI_SUITE_API_KEY'));
@@ -98,6 +100,7 @@ export class AiSuite {
     this.catalogs = new Catalogs(this);
     this.agents = new Agents(this);
     this.sessions = new Sessions(this);
+    this.chat = new Chat(this);
   }
 
   /** The workspace and key behind the credentials (`GET /me`), fetched once and cached. */

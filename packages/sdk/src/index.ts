@@ -14,5 +14,6 @@ export {
   type ToolHandlers,
 } from './lib/agent-stream.js';
 export type { CreateAgentParams, UpdateAgentParams } from './resources/agents.js';
+export { Chat, ChatStream, type ChatStreamOptions, type ChatStreamParams } from './resources/chat.js';
 export type { SendMessageOptions } from './resources/sessions.js';
 export type * from './resources/types.js';

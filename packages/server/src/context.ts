@@ -5,6 +5,7 @@ import type { Database } from './db/orm.js';
 import type { Metering } from './metering/types.js';
 import type { LlmProvider, ModelCatalog } from './providers/llm.js';
 import type { RunEngine } from './runs/engine.js';
+import type { ObjectStore } from './storage/object-store.js';
 
 /**
  * What every request and background job can reach. Built once at start by `createServer`;
@@ -24,4 +25,6 @@ export interface ServerDeps {
   llm: LlmProvider;
   /** Token quota, credits, rate limits and usage records. */
   metering: Metering;
+  /** The one object store (S3 or `DATA_DIR/objects`): uploads, images, deliverables. */
+  objects: ObjectStore;
 }

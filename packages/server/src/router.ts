@@ -1,5 +1,6 @@
 import { agentsRouter } from './domains/agents/router.js';
 import { catalogsRouter } from './domains/catalogs/router.js';
+import { storageRouter } from './domains/storage/router.js';
 import { workspacesRouter } from './domains/workspaces/router.js';
 import { router } from './trpc.js';
 
@@ -8,6 +9,7 @@ export const appRouter = router({
   workspaces: workspacesRouter,
   catalogs: catalogsRouter,
   agents: agentsRouter,
+  storage: storageRouter,
 });
 
 export type AppRouter = typeof appRouter;

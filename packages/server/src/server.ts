@@ -14,6 +14,7 @@ import { runHeadlessInit } from './domains/workspaces/init.js';
 import { createLogger } from './logger.js';
 import { createAiDeps } from './providers/setup.js';
 import { createRunEngine } from './runs/index.js';
+import { createObjectStore } from './storage/index.js';
 
 export interface CreateServerOptions {
   /** Environment to read the configuration from (default `process.env`). */
@@ -74,8 +75,11 @@ export async function createServer(opts: CreateServerOptions = {}): Promise<AiSu
     await db.close();
     throw err;
   }
+  // Signed links of the embedded store point at PUBLIC_BASE_URL, else at the listening address.
+  let listeningUrl = `http://127.0.0.1:${config.port}`;
+  const objects = createObjectStore(config, () => config.publicBaseUrl ?? listeningUrl);
   const runs = createRunEngine({ config, log, em });
-  const deps: ServerDeps = { config, db, log, em, ...ai, runs };
+  const deps: ServerDeps = { config, db, log, em, ...ai, objects, runs };
   registerAgentRuntime(deps);
   await runs.start();
   const app = createApp(deps);
@@ -94,6 +98,7 @@ export async function createServer(opts: CreateServerOptions = {}): Promise<AiSu
           server = srv;
           const addr = srv.address() as AddressInfo;
           const shownHost = host === '0.0.0.0' || host === '::' ? '127.0.0.1' : host;
+          listeningUrl = `http://${shownHost}:${addr.port}`;
           resolve({ url: `http://${shownHost}:${addr.port}`, port: addr.port, http: srv });
         });
       });

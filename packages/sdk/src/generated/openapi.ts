@@ -199,6 +199,266 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/workspaces/{workspaceId}/storage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List stored files */
+        get: operations["storage-list"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/workspaces/{workspaceId}/storage/files/{fileId}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        /**
+         * Move or rename a file
+         * @description A name already taken in the destination folder gives 409 `STORAGE_PATH_CONFLICT`.
+         */
+        patch: operations["storage-moveOrRename"];
+        trace?: never;
+    };
+    "/workspaces/{workspaceId}/storage/files": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        /** Move or rename a file (fileId in the body) */
+        patch: operations["storage-moveOrRenameByBody"];
+        trace?: never;
+    };
+    "/workspaces/{workspaceId}/storage/folders": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Create a folder */
+        post: operations["storage-createFolder"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        /** Rename a folder (its subfolders and files follow) */
+        patch: operations["storage-renameFolder"];
+        trace?: never;
+    };
+    "/workspaces/{workspaceId}/storage/path": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List a folder: children (default), every path (tree=1 or mode=tree) or every folder and file (tree=full) */
+        get: operations["storage-path"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/workspaces/{workspaceId}/storage/import/githost": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Import a git-host repository archive */
+        post: operations["storage-importGitHost"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/chat": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Chat completion streamed as plain text chunks
+         * @description Streams the reply as `text/event-stream` plain-text chunks (no JSON, no terminator); the full reply is the concatenation of all chunks. Token-metered against the workspace monthly quota; rate limited per workspace (`RateLimit-*` headers).
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["ChatRequest"];
+                };
+            };
+            responses: {
+                /** @description The reply, streamed as plain text chunks. */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "text/event-stream": string;
+                    };
+                };
+                /** @description `Messages array is required`, `Last message must have valid content`, `Invalid request body`, `Invalid model` */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+                /** @description `Invalid API key` */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+                /** @description `Token limit exceeded` */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+                /** @description `Rate limit exceeded` (with `Retry-After` and `RateLimit-*` headers) */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+                /** @description `AI model error: <details>` or `AI service is temporarily unavailable` */
+                502: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+                /** @description `No AI model configured` */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/storage/objects/{key}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Download through a signed link of the embedded object store (the `presignedUrl` of a file)
+         * @description No credentials: the HMAC signature over key, expiry, content type and file name is the credential. A tampered or expired link gives 403. Only served when objects are stored on the local filesystem.
+         */
+        get: operations["storage-signed-object"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/workspaces/{workspaceId}/storage/content": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Read a file: the raw bytes with the stored MIME type, Content-Disposition inline */
+        get: operations["storage-content"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/workspaces/{workspaceId}/storage/import": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Import files, a folder or a zip (multipart, streamed)
+         * @description Fields `kind` (`folder` default, `zip`, `files`) and `pathPrefix` must precede the file parts. `file[]` parts carry relative paths as their filenames; `file` is the zip. An existing file at the same path is replaced.
+         */
+        post: operations["storage-import"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/managed-agents/sessions/{sessionId}/messages": {
         parameters: {
             query?: never;
@@ -310,6 +570,18 @@ export interface components {
             enabledSkillIds?: string[];
             /** @default true */
             enabled: boolean;
+        };
+        ChatRequest: {
+            /** @description At least one message; the last must have content. */
+            messages: components["schemas"]["ChatMessage"][];
+            /** @description Model id; defaults to the configured default chat model (see docs/models-and-metering.md). */
+            model?: string;
+        };
+        /** @description One chat message (spec 2.2). */
+        ChatMessage: {
+            /** @enum {string} */
+            role: "user" | "assistant" | "system";
+            content: string;
         };
         Me: {
             workspace: {
@@ -589,6 +861,97 @@ export interface components {
             toolCallId: string;
             /** @enum {string} */
             status: "completed" | "failed" | "expired";
+        };
+        StorageList: {
+            files: components["schemas"]["StorageFile"][];
+            totals: {
+                images: number;
+                deliverables: number;
+                documents: number;
+                files: number;
+            };
+            hasMore: boolean;
+        };
+        StorageFile: {
+            id: string;
+            /** @enum {string} */
+            type: "image" | "deliverable" | "document" | "file";
+            filename: string;
+            mimeType: string;
+            sizeBytes: number | null;
+            /** @description Human-readable origin label */
+            source: string | null;
+            /** @description App id, run id or upload id that produced the file */
+            sourceId: string | null;
+            /** @description Signed download URL, valid 15 minutes */
+            presignedUrl: string | null;
+            createdAt: string;
+            /** @description Logical path (`/docs/a.md`); always set for type `file`, null for files outside the tree */
+            path: string | null;
+            isIndexed: boolean;
+            /** @enum {string} */
+            indexStatus: "none" | "queued" | "processing" | "ready" | "failed";
+            isGitHostMirror: boolean;
+            /** @description Repository metadata for git-host mirrors: {provider, repo, branch, commit, path} */
+            externalRef: {
+                [key: string]: unknown;
+            } | null;
+        };
+        StorageFileResult: {
+            file: components["schemas"]["StorageFile"];
+        };
+        CreateFolderResult: {
+            /** @description false when the folder already existed (the call is idempotent) */
+            created: boolean;
+            folder: components["schemas"]["StorageFolder"];
+        };
+        StorageFolder: {
+            id: string;
+            name: string;
+            path: string;
+        };
+        RenameFolderResult: {
+            /** @constant */
+            renamed: true;
+            oldPath: string;
+            folder: components["schemas"]["StorageFolder"];
+            /** @description Folders whose path changed, the renamed one included */
+            foldersMoved: number;
+            /** @description Files whose path changed */
+            filesMoved: number;
+        };
+        PathListing: {
+            path: string;
+            folders: components["schemas"]["StorageFolder"][];
+            files: components["schemas"]["StorageFile"][];
+        };
+        PathTree: {
+            paths: string[];
+        };
+        PathTreeFull: {
+            folders: components["schemas"]["StorageFolder"][];
+            files: components["schemas"]["StorageFile"][];
+        };
+        GitHostImportResult: {
+            imported: number;
+            skipped: number;
+            errors: {
+                path: string;
+                error: string;
+            }[];
+            fileIds: string[];
+            /** @description owner/repo */
+            repo: string;
+            branch: string;
+        };
+        ImportResult: {
+            imported: number;
+            skipped: number;
+            errors: {
+                path: string;
+                error: string;
+            }[];
+            fileIds: string[];
         };
         /** @description Standard error body of every failed request. */
         ErrorBody: {
@@ -1640,6 +2003,687 @@ export interface operations {
             };
             /** @description Internal server error */
             500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "storage-list": {
+        parameters: {
+            query?: {
+                type?: "all" | "images" | "deliverables" | "documents" | "files";
+                limit?: string | number;
+                search?: string;
+            };
+            header?: never;
+            path: {
+                /** @description Must be the workspace of the API key, otherwise 401 */
+                workspaceId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StorageList"];
+                };
+            };
+            /** @description Invalid input data */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Insufficient access */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Pack not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal server error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "storage-moveOrRename": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Must be the workspace of the API key, otherwise 401 */
+                workspaceId: string;
+                fileId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /**
+                     * @description `rename` (default) or `move`
+                     * @default rename
+                     * @enum {string}
+                     */
+                    action?: "move" | "rename";
+                    /** @description Required for move */
+                    destFolderPath?: string;
+                    /** @description Required for rename */
+                    newName?: string;
+                };
+            };
+        };
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StorageFileResult"];
+                };
+            };
+            /** @description Invalid input data */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Insufficient access */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Pack not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal server error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "storage-moveOrRenameByBody": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Must be the workspace of the API key, otherwise 401 */
+                workspaceId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    fileId: string;
+                    /**
+                     * @description `rename` (default) or `move`
+                     * @default rename
+                     * @enum {string}
+                     */
+                    action?: "move" | "rename";
+                    /** @description Required for move */
+                    destFolderPath?: string;
+                    /** @description Required for rename */
+                    newName?: string;
+                };
+            };
+        };
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StorageFileResult"];
+                };
+            };
+            /** @description Invalid input data */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Insufficient access */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Pack not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal server error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "storage-createFolder": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Must be the workspace of the API key, otherwise 401 */
+                workspaceId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    folderPath: string;
+                };
+            };
+        };
+        responses: {
+            /** @description Successful response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CreateFolderResult"];
+                };
+            };
+            /** @description Invalid input data */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Insufficient access */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal server error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "storage-renameFolder": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Must be the workspace of the API key, otherwise 401 */
+                workspaceId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    folderPath: string;
+                    newName: string;
+                };
+            };
+        };
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RenameFolderResult"];
+                };
+            };
+            /** @description Invalid input data */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Insufficient access */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Pack not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal server error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "storage-path": {
+        parameters: {
+            query?: {
+                folderPath?: string;
+                path?: string;
+                tree?: "1" | "full";
+                mode?: "tree";
+            };
+            header?: never;
+            path: {
+                /** @description Must be the workspace of the API key, otherwise 401 */
+                workspaceId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PathListing"] | components["schemas"]["PathTree"] | components["schemas"]["PathTreeFull"];
+                };
+            };
+            /** @description Invalid input data */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Insufficient access */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Pack not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal server error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "storage-importGitHost": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Must be the workspace of the API key, otherwise 401 */
+                workspaceId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    repoUrl: string;
+                    branch?: string;
+                    pathPrefix?: string;
+                };
+            };
+        };
+        responses: {
+            /** @description Successful response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GitHostImportResult"];
+                };
+            };
+            /** @description Invalid input data */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Insufficient access */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal server error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "storage-signed-object": {
+        parameters: {
+            query: {
+                exp: string;
+                sig: string;
+                ct?: string;
+                fn?: string;
+            };
+            header?: never;
+            path: {
+                key: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The object */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/octet-stream": string;
+                };
+            };
+            /** @description `Invalid or expired link` */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `Storage key not found` */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "storage-content": {
+        parameters: {
+            query: {
+                /** @description Required */
+                fileId: string;
+                /** @description Required */
+                fileType: "image" | "deliverable" | "document" | "file";
+            };
+            header?: never;
+            path: {
+                /** @description The API key's workspace id */
+                workspaceId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The file content */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/octet-stream": string;
+                };
+            };
+            /** @description Validation error */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `Invalid API key`, or `Unauthorized` when {workspaceId} is not the key's workspace */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `File not found`, `Storage key not found` or `Empty file` */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "storage-import": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The API key's workspace id */
+                workspaceId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "multipart/form-data": {
+                    /** @enum {string} */
+                    kind?: "folder" | "zip" | "files";
+                    pathPrefix?: string;
+                    /** Format: binary */
+                    file?: string;
+                    "file[]"?: string[];
+                };
+            };
+        };
+        responses: {
+            /** @description Import result */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ImportResult"];
+                };
+            };
+            /** @description Validation error */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `Invalid API key`, or `Unauthorized` when {workspaceId} is not the key's workspace */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `File <name> exceeds the 500 MB upload limit`, or archive bounds exceeded */
+            413: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -17,3 +17,5 @@ export type IntegrationBinding = Schemas['IntegrationBinding'];
 export type AgentSession = Schemas['AgentSession'];
 export type SessionTimeline = Schemas['SessionTimeline'];
 export type ToolResultAccepted = Schemas['ToolResultAccepted'];
+export type ChatMessage = Schemas['ChatMessage'];
+export type ChatRequest = Schemas['ChatRequest'];

@@ -2,6 +2,8 @@ import type { Router } from 'express';
 import type { ZodOpenApiPathsObject } from 'zod-openapi';
 import type { ServerDeps } from '../context.js';
 import { agentRoutes } from '../domains/agents/routes.js';
+import { chatRoutes } from '../domains/chat/routes.js';
+import { storageRoutes } from '../domains/storage/routes.js';
 
 /**
  * Routes trpc-to-openapi cannot express (SSE, multipart, file streams): plain express
@@ -15,4 +17,4 @@ export interface RawRouteModule {
 }
 
 /** Every raw route module. Domains append theirs here. */
-export const rawRouteModules: RawRouteModule[] = [agentRoutes];
+export const rawRouteModules: RawRouteModule[] = [chatRoutes, storageRoutes, agentRoutes];

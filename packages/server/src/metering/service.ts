@@ -67,6 +67,12 @@ export interface TokenQuotaStatus {
   resetsAt: Date;
 }
 
+const RATE_LIMIT_UPSERT = `insert into rate_limit_windows as r (key, window_start, hits)
+       values (?, to_timestamp(floor(extract(epoch from now()) / ?) * ?), 1)
+       on conflict (key) do update set
+         hits = case when r.window_start = excluded.window_start then r.hits + 1 else 1 end,
+         window_start = excluded.window_start`;
+
 /** Price of one line: quantity × unit price in micro-dollars, rounded up to a whole micro. */
 const lineCost = (quantity: number, unitPriceMicros: number) => Math.ceil(quantity * unitPriceMicros - 1e-9);
 
@@ -302,7 +308,7 @@ export class PgMetering implements Metering {
   async record(rec: UsageRecordInput): Promise<void> {
     let cycle: Date | null = null;
     if (rec.meter === 'tokens' && rec.inputTokens + rec.outputTokens > 0) {
-      cycle = (await this.tokenQuotaStatus(rec.workspaceId)).cycleStart;
+      cycle = rec.cycleStart ?? (await this.tokenQuotaStatus(rec.workspaceId)).cycleStart;
     }
     const tokens = rec.inputTokens + rec.outputTokens;
     // One statement: the record, the key's totals and the workspace's cycle tokens.
@@ -353,26 +359,10 @@ export class PgMetering implements Metering {
 
   // ---- rate limits -------------------------------------------------------------------------
 
-  async rateLimit(workspaceId: string, bucket: RateLimitBucket): Promise<Record<string, string>> {
-    const rule = this.settings.rateLimits[bucket];
-    if (!rule || rule.limit <= 0) return {};
-    const w = rule.windowSeconds;
-    // One statement per request: a fixed window keyed by workspace and bucket, in the
-    // database's clock, so every process shares the same counter.
-    const rows = await this.em().execute<{ hits: number; reset_in: string | number }[]>(
-      `insert into rate_limit_windows as r (key, window_start, hits)
-       values (?, to_timestamp(floor(extract(epoch from now()) / ?) * ?), 1)
-       on conflict (key) do update set
-         hits = case when r.window_start = excluded.window_start then r.hits + 1 else 1 end,
-         window_start = excluded.window_start
-       returning hits, extract(epoch from (window_start - now())) + ? as reset_in`,
-      [`${bucket}:${workspaceId}`, w, w, w],
-    );
-    const row = rows[0] as { hits: number; reset_in: string | number };
-    const hits = Number(row.hits);
-    const reset = Math.max(1, Math.ceil(Number(row.reset_in)));
+  private rateLimitHeaders(rule: RateLimitRule, hits: number, resetIn: number): Record<string, string> {
+    const reset = Math.max(1, Math.ceil(resetIn));
     const headers: Record<string, string> = {
-      'RateLimit-Policy': `${rule.limit};w=${w}`,
+      'RateLimit-Policy': `${rule.limit};w=${rule.windowSeconds}`,
       'RateLimit-Limit': String(rule.limit),
       'RateLimit-Remaining': String(Math.max(0, rule.limit - hits)),
       'RateLimit-Reset': String(reset),
@@ -384,6 +374,73 @@ export class PgMetering implements Metering {
       });
     }
     return headers;
+  }
+
+  async rateLimit(workspaceId: string, bucket: RateLimitBucket): Promise<Record<string, string>> {
+    const rule = this.settings.rateLimits[bucket];
+    if (!rule || rule.limit <= 0) return {};
+    const w = rule.windowSeconds;
+    // One statement per request: a fixed window keyed by workspace and bucket, in the
+    // database's clock, so every process shares the same counter.
+    const rows = await this.em().execute<{ hits: number; reset_in: string | number }[]>(
+      `${RATE_LIMIT_UPSERT} returning hits, extract(epoch from (window_start - now())) + ? as reset_in`,
+      [`${bucket}:${workspaceId}`, w, w, w],
+    );
+    const row = rows[0] as { hits: number; reset_in: string | number };
+    return this.rateLimitHeaders(rule, Number(row.hits), Number(row.reset_in));
+  }
+
+  /**
+   * The up-front checks of a token-metered request in ONE round trip: takes a unit from the
+   * rate-limit bucket and reads the token quota. 429 first, then 403 `Token limit exceeded`.
+   * Returns the RateLimit headers and the billing cycle (pass it to `record` as `cycleStart`).
+   */
+  async admitTokenMetered(
+    workspaceId: string,
+    bucket: RateLimitBucket,
+    now = new Date(),
+  ): Promise<{ headers: Record<string, string>; cycleStart: Date }> {
+    const rule = this.settings.rateLimits[bucket];
+    const limited = !!rule && rule.limit > 0;
+    const w = rule?.windowSeconds ?? 60;
+    const rows = await this.em().execute<
+      {
+        hits: number | null;
+        reset_in: string | number | null;
+        quota: string | null;
+        anchor: Date | string;
+        tokens: string | null;
+        cycle_start: Date | string | null;
+      }[]
+    >(
+      `with rl as (${
+        limited
+          ? `${RATE_LIMIT_UPSERT} returning hits, extract(epoch from (window_start - now())) + ? as reset_in`
+          : 'select null::int as hits, null::numeric as reset_in'
+      })
+       select rl.hits, rl.reset_in, w.monthly_token_quota as quota, w.billing_cycle_anchor as anchor,
+              u.tokens, u.cycle_start
+         from workspaces w
+         cross join rl
+         left join lateral (
+           select tokens, cycle_start from workspace_token_usage
+            where workspace_id = w.id order by cycle_start desc limit 1
+         ) u on true
+        where w.id = ?`,
+      limited ? [`${bucket}:${workspaceId}`, w, w, w, workspaceId] : [workspaceId],
+    );
+    const row = rows[0];
+    if (!row) throw new AppError(404, 'Workspace not found');
+    const headers =
+      limited && rule ? this.rateLimitHeaders(rule, Number(row.hits), Number(row.reset_in)) : {};
+    const anchor = new Date(row.anchor);
+    const start = cycleStart(anchor, now);
+    const used =
+      row.cycle_start && new Date(row.cycle_start).getTime() === start.getTime()
+        ? Number(row.tokens ?? 0)
+        : 0;
+    if (row.quota !== null && used >= Number(row.quota)) throw new AppError(403, TOKEN_LIMIT_EXCEEDED);
+    return { headers, cycleStart: start };
   }
 
   // ---- generations ---------------------------------------------------------------------------

@@ -32,6 +32,8 @@ export interface UsageRecordInput {
   componentLines?: UsageComponentLine[];
   /** Which meter: `tokens` (the /chat quota) or `credits` (everything else). */
   meter: 'tokens' | 'credits';
+  /** The billing cycle the tokens count in, when the caller already knows it (saves a query). */
+  cycleStart?: Date;
 }
 
 export interface Metering {
@@ -67,6 +69,14 @@ export interface Metering {
    */
   rateLimit(workspaceId: string, bucket: RateLimitBucket): Promise<Record<string, string>>;
 
+  /**
+   * Up-front checks of a token-metered request in one round trip: rate limit (429) and token
+   * quota (403). Returns the RateLimit headers and the current billing cycle start.
+   */
+  admitTokenMetered(
+    workspaceId: string,
+    bucket: RateLimitBucket,
+  ): Promise<{ headers: Record<string, string>; cycleStart: Date }>;
   /** Current balance in micro-dollars. */
   balanceMicros(workspaceId: string): Promise<number>;
   /** The workspace's /chat token quota, usage in the current billing cycle and next reset. */

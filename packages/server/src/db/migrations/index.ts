@@ -1,6 +1,7 @@
 import type { MigrationObject } from '@mikro-orm/core';
 import { Migration20261121000000_foundation } from './Migration20261121000000_foundation.js';
 import { Migration20261121010000_metering } from './Migration20261121010000_metering.js';
+import { Migration20261121020000_storage } from './Migration20261121020000_storage.js';
 import { Migration20261121040001_run_engine } from './Migration20261121040001_run_engine.js';
 import { Migration20261121040002_agents } from './Migration20261121040002_agents.js';
 
@@ -11,6 +12,7 @@ import { Migration20261121040002_agents } from './Migration20261121040002_agents
 export const migrationsList: MigrationObject[] = [
   { name: 'Migration20261121000000_foundation', class: Migration20261121000000_foundation },
   { name: 'Migration20261121010000_metering', class: Migration20261121010000_metering },
+  { name: 'Migration20261121020000_storage', class: Migration20261121020000_storage },
   { name: 'Migration20261121040001_run_engine', class: Migration20261121040001_run_engine },
   { name: 'Migration20261121040002_agents', class: Migration20261121040002_agents },
 ];

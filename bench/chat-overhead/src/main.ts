@@ -1,0 +1,213 @@
+/**
+ * `pnpm --filter @ai-suite/bench-chat-overhead bench`
+ *
+ * Time to first byte and total time through `POST /api/v1/chat` versus directly against the
+ * same fake upstream (a paced 20-chunk stream), at concurrency 1 and 50; requests/s; server
+ * CPU time per request and peak RSS. Upstream and server each run in their own process; this
+ * process only drives the load, with keep-alive connections on both paths.
+ */
+import { type ChildProcess, fork } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import fs from 'node:fs';
+import http from 'node:http';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const N1 = Number(process.env.BENCH_REQUESTS_C1 ?? 400);
+const N50 = Number(process.env.BENCH_REQUESTS_C50 ?? 3000);
+const WARMUP = Number(process.env.BENCH_WARMUP ?? 100);
+
+function start(
+  script: string,
+  env: Record<string, string | undefined>,
+): Promise<{ child: ChildProcess; url: string }> {
+  const child = fork(path.join(here, script), [], {
+    env: { ...process.env, ...env },
+    execArgv: [
+      '--import',
+      'tsx',
+      ...(process.env.BENCH_PROF && script === 'server.ts'
+        ? ['--cpu-prof', '--cpu-prof-dir=/tmp/benchprof']
+        : []),
+    ],
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
+  return new Promise((resolve, reject) => {
+    child.once('error', reject);
+    child.once('exit', (code) => reject(new Error(`${script} exited with ${code}`)));
+    child.on('message', (m: { type: string; url?: string }) => {
+      if (m.type === 'ready') resolve({ child, url: m.url as string });
+    });
+  });
+}
+
+function stats(child: ChildProcess): Promise<{ cpuMicros: number; maxRssKb: number }> {
+  return new Promise((resolve) => {
+    const on = (m: { type: string; cpuMicros: number; maxRssKb: number }) => {
+      if (m.type !== 'stats') return;
+      child.off('message', on);
+      resolve(m);
+    };
+    child.on('message', on);
+    child.send({ type: 'stats' });
+  });
+}
+
+interface Target {
+  url: URL;
+  headers: Record<string, string>;
+  body: string;
+}
+
+const agent = new http.Agent({ keepAlive: true, maxSockets: 256 });
+
+/** One streamed request: time to first body byte and to the end, in ms. */
+function once(t: Target): Promise<{ ttfb: number; total: number }> {
+  return new Promise((resolve, reject) => {
+    const t0 = process.hrtime.bigint();
+    let ttfb = -1;
+    const req = http.request(
+      t.url,
+      { method: 'POST', agent, headers: { ...t.headers, 'content-length': Buffer.byteLength(t.body) } },
+      (res) => {
+        if (res.statusCode !== 200) {
+          reject(new Error(`HTTP ${res.statusCode}`));
+          res.resume();
+          return;
+        }
+        res.on('data', () => {
+          if (ttfb < 0) ttfb = Number(process.hrtime.bigint() - t0) / 1e6;
+        });
+        res.on('end', () => resolve({ ttfb, total: Number(process.hrtime.bigint() - t0) / 1e6 }));
+        res.on('error', reject);
+      },
+    );
+    req.on('error', reject);
+    req.end(t.body);
+  });
+}
+
+async function run(t: Target, total: number, concurrency: number) {
+  const ttfb: number[] = [];
+  const times: number[] = [];
+  let next = 0;
+  const t0 = process.hrtime.bigint();
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (next < total) {
+        next++;
+        const r = await once(t);
+        ttfb.push(r.ttfb);
+        times.push(r.total);
+      }
+    }),
+  );
+  const seconds = Number(process.hrtime.bigint() - t0) / 1e9;
+  const pct = (xs: number[], p: number) => {
+    const s = [...xs].sort((a, b) => a - b);
+    return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))] as number;
+  };
+  return {
+    requests: total,
+    rps: total / seconds,
+    ttfbP50: pct(ttfb, 50),
+    ttfbP99: pct(ttfb, 99),
+    totalP50: pct(times, 50),
+    totalP99: pct(times, 99),
+  };
+}
+
+const fmt = (n: number, d = 2) => n.toFixed(d);
+
+async function main() {
+  const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'bench-chat-'));
+  const apiKey = `svc_ai_${randomBytes(48)
+    .toString('base64url')
+    .replace(/[^A-Za-z0-9]/g, 'a')
+    .slice(0, 64)}`;
+  const upstream = await start('upstream.ts', {});
+  const server = await start('server.ts', {
+    LOG_LEVEL: 'silent',
+    DATA_DIR: dataDir,
+    OPENAI_BASE_URL: upstream.url,
+    OPENAI_API_KEY: 'bench',
+    CHAT_MODEL: 'fake-chat',
+    INIT_WORKSPACE_NAME: 'bench',
+    INIT_API_KEY: apiKey,
+    RATE_LIMIT_CHAT: '100000000',
+    LLM_MAX_RETRIES: '0',
+  });
+  const messages = [{ role: 'user', content: 'Write twenty tokens.' }];
+  const direct: Target = {
+    url: new URL(`${upstream.url}/chat/completions`),
+    headers: { 'content-type': 'application/json', authorization: 'Bearer bench' },
+    body: JSON.stringify({
+      model: 'fake-chat',
+      messages,
+      stream: true,
+      stream_options: { include_usage: true },
+    }),
+  };
+  const viaChat: Target = {
+    url: new URL(`${server.url}/api/v1/chat`),
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${apiKey}` },
+    body: JSON.stringify({ messages }),
+  };
+  try {
+    await run(direct, WARMUP, 4);
+    await run(viaChat, WARMUP, 4);
+
+    const d1 = await run(direct, N1, 1);
+    const s0 = await stats(server.child);
+    const c1 = await run(viaChat, N1, 1);
+    const s1 = await stats(server.child);
+    const d50 = await run(direct, N50, 50);
+    const s2 = await stats(server.child);
+    const c50 = await run(viaChat, N50, 50);
+    const s3 = await stats(server.child);
+
+    const cpu1 = (s1.cpuMicros - s0.cpuMicros) / 1000 / N1;
+    const cpu50 = (s3.cpuMicros - s2.cpuMicros) / 1000 / N50;
+    const result = {
+      machine: `${os.cpus().length} × ${os.cpus()[0]?.model ?? 'cpu'}, Node ${process.version}`,
+      database: process.env.DATABASE_URL ? 'postgresql' : 'embedded (PGlite)',
+      concurrency1: {
+        direct: d1,
+        chat: c1,
+        addedTtfbP50Ms: c1.ttfbP50 - d1.ttfbP50,
+        addedTtfbP99Ms: c1.ttfbP99 - d1.ttfbP99,
+      },
+      concurrency50: { direct: d50, chat: c50, throughputRatio: c50.rps / d50.rps },
+      serverCpuMsPerRequest: { concurrency1: cpu1, concurrency50: cpu50 },
+      serverPeakRssMb: s3.maxRssKb / 1024,
+    };
+    const line = (name: string, r: typeof d1) =>
+      `| ${name} | ${fmt(r.ttfbP50)} | ${fmt(r.ttfbP99)} | ${fmt(r.totalP50)} | ${fmt(r.totalP99)} | ${fmt(r.rps, 0)} |`;
+    console.log(`\n${result.machine}; database: ${result.database}`);
+    console.log('\n| path | TTFB p50 ms | TTFB p99 ms | total p50 ms | total p99 ms | req/s |');
+    console.log('|---|---|---|---|---|---|');
+    console.log(line(`direct, c=1 (${N1})`, d1));
+    console.log(line(`/chat, c=1 (${N1})`, c1));
+    console.log(line(`direct, c=50 (${N50})`, d50));
+    console.log(line(`/chat, c=50 (${N50})`, c50));
+    console.log(
+      `\nadded TTFB at c=1: p50 ${fmt(result.concurrency1.addedTtfbP50Ms)} ms (target ≤ 3), p99 ${fmt(result.concurrency1.addedTtfbP99Ms)} ms (target ≤ 10)`,
+    );
+    console.log(`throughput at c=50: ${fmt(result.concurrency50.throughputRatio)} × direct (target ≥ 0.85)`);
+    console.log(
+      `server CPU per 20-token stream: ${fmt(cpu1, 3)} ms at c=1, ${fmt(cpu50, 3)} ms at c=50 (target ≤ 1)`,
+    );
+    console.log(`server peak RSS: ${fmt(result.serverPeakRssMb, 0)} MB`);
+    if (process.env.BENCH_JSON) fs.writeFileSync(process.env.BENCH_JSON, JSON.stringify(result, null, 2));
+  } finally {
+    agent.destroy();
+    server.child.disconnect();
+    upstream.child.disconnect();
+    await new Promise((r) => server.child.once('exit', r));
+    fs.rmSync(dataDir, { recursive: true, force: true });
+  }
+}
+
+await main();

@@ -1,0 +1,146 @@
+import { AppError } from '../../http/errors.js';
+
+/** Longest accepted logical path and path segment (characters). */
+export const MAX_PATH_LENGTH = 1024;
+export const MAX_NAME_LENGTH = 255;
+
+const CONTROL = /[\u0000-\u001f\u007f]/;
+
+export const invalidPath = (input: string, reason: string) =>
+  new AppError(400, `Invalid path "${input}": ${reason}`, 'INVALID_PATH');
+
+/** Why a single name (file or folder) is unusable, or null when it is fine. */
+export function nameProblem(name: string): string | null {
+  if (name.length === 0) return 'empty name';
+  if (name.length > MAX_NAME_LENGTH) return `a name is longer than ${MAX_NAME_LENGTH} characters`;
+  if (CONTROL.test(name)) return 'control characters are not allowed';
+  if (name.includes('/') || name.includes('\\')) return 'a name cannot contain a slash or backslash';
+  if (name === '.' || name === '..') return '"." and ".." are not allowed';
+  return null;
+}
+
+/**
+ * A folder path as stored: `/` or `/a/b` (leading slash, no trailing slash). Accepts `a/b`,
+ * `/a/b/`; refuses `..`, `.`, duplicate slashes, backslashes and control characters.
+ */
+export function normalizeFolderPath(input: string): string {
+  const raw = input.trim();
+  if (raw === '' || raw === '/') return '/';
+  if (raw.length > MAX_PATH_LENGTH) throw invalidPath(input, `longer than ${MAX_PATH_LENGTH} characters`);
+  if (CONTROL.test(raw)) throw invalidPath(input, 'control characters are not allowed');
+  if (raw.includes('\\')) throw invalidPath(input, 'backslashes are not allowed');
+  if (raw.includes('//')) throw invalidPath(input, 'duplicate slashes are not allowed');
+  const segments = raw.replace(/^\//, '').replace(/\/$/, '').split('/');
+  for (const seg of segments) {
+    if (seg === '..' || seg === '.') throw invalidPath(input, '"." and ".." segments are not allowed');
+    const problem = nameProblem(seg);
+    if (problem) throw invalidPath(input, problem);
+  }
+  return `/${segments.join('/')}`;
+}
+
+export function joinPath(folder: string, name: string): string {
+  return folder === '/' ? `/${name}` : `${folder}/${name}`;
+}
+
+export function parentOf(path: string): string {
+  const i = path.lastIndexOf('/');
+  return i <= 0 ? '/' : path.slice(0, i);
+}
+
+export function baseName(path: string): string {
+  return path.slice(path.lastIndexOf('/') + 1);
+}
+
+/** `/a/b/c` → [`/a`, `/a/b`, `/a/b/c`]; root has none. */
+export function ancestorsAndSelf(folder: string): string[] {
+  if (folder === '/') return [];
+  const out: string[] = [];
+  let acc = '';
+  for (const seg of folder.slice(1).split('/')) {
+    acc += `/${seg}`;
+    out.push(acc);
+  }
+  return out;
+}
+
+/**
+ * A relative path from an upload or archive entry (`dir/sub/a.txt`), resolved under `prefix`.
+ * Refuses absolute paths (`/x`, `C:\x`), `..` segments, backslashes and control characters:
+ * an entry can never land outside the prefix. `./` segments are dropped.
+ * Returns `{folder, name}` or an error message.
+ */
+export function resolveRelative(
+  prefix: string,
+  rel: string,
+): { folder: string; name: string } | { error: string } {
+  if (rel.length === 0) return { error: 'Empty path' };
+  if (rel.length > MAX_PATH_LENGTH) return { error: `Path is longer than ${MAX_PATH_LENGTH} characters` };
+  if (CONTROL.test(rel)) return { error: 'Path contains control characters' };
+  if (rel.includes('\\')) return { error: 'Path contains a backslash' };
+  if (rel.startsWith('/') || /^[A-Za-z]:/.test(rel)) return { error: 'Absolute paths are not allowed' };
+  const segments = rel.split('/').filter((s) => s !== '.');
+  if (segments.includes('..')) return { error: 'Path escapes the import folder' };
+  if (segments.some((s) => s === '')) return { error: 'Path contains duplicate slashes' };
+  const name = segments.pop() as string;
+  const problem = nameProblem(name);
+  if (problem) return { error: `Invalid file name: ${problem}` };
+  const folder = segments.reduce((acc, seg) => joinPath(acc, seg), prefix);
+  if (folder.length + name.length + 1 > MAX_PATH_LENGTH) {
+    return { error: `Path is longer than ${MAX_PATH_LENGTH} characters` };
+  }
+  return { folder, name };
+}
+
+const MIME_BY_EXT: Record<string, string> = {
+  txt: 'text/plain',
+  md: 'text/markdown',
+  markdown: 'text/markdown',
+  csv: 'text/csv',
+  tsv: 'text/tab-separated-values',
+  html: 'text/html',
+  htm: 'text/html',
+  css: 'text/css',
+  js: 'text/javascript',
+  mjs: 'text/javascript',
+  cjs: 'text/javascript',
+  ts: 'text/plain',
+  tsx: 'text/plain',
+  jsx: 'text/plain',
+  py: 'text/x-python',
+  rb: 'text/plain',
+  go: 'text/plain',
+  rs: 'text/plain',
+  java: 'text/plain',
+  c: 'text/plain',
+  h: 'text/plain',
+  sh: 'text/x-shellscript',
+  yml: 'application/yaml',
+  yaml: 'application/yaml',
+  toml: 'text/plain',
+  json: 'application/json',
+  xml: 'application/xml',
+  svg: 'image/svg+xml',
+  png: 'image/png',
+  jpg: 'image/jpeg',
+  jpeg: 'image/jpeg',
+  gif: 'image/gif',
+  webp: 'image/webp',
+  pdf: 'application/pdf',
+  zip: 'application/zip',
+  gz: 'application/gzip',
+  docx: 'application/vnd.openxmlformats-officedocument.wordprocessingml.document',
+  xlsx: 'application/vnd.openxmlformats-officedocument.spreadsheetml.sheet',
+  pptx: 'application/vnd.openxmlformats-officedocument.presentationml.presentation',
+  mp3: 'audio/mpeg',
+  mp4: 'video/mp4',
+};
+
+/** The declared type when it says something, else a guess from the extension. */
+export function guessMimeType(filename: string, declared?: string | null): string {
+  const d = declared?.trim().toLowerCase();
+  if (d && d !== 'application/octet-stream' && /^[a-z0-9.+-]+\/[a-z0-9.+-]+/.test(d))
+    return declared as string;
+  const ext = filename.includes('.') ? filename.slice(filename.lastIndexOf('.') + 1).toLowerCase() : '';
+  return MIME_BY_EXT[ext] ?? 'application/octet-stream';
+}

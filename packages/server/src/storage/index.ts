@@ -1,0 +1,34 @@
+import path from 'node:path';
+import type { Config } from '../config.js';
+import { LocalObjectStore } from './local-store.js';
+import type { ObjectStore } from './object-store.js';
+import { S3ObjectStore } from './s3-store.js';
+
+export * from './local-store.js';
+export * from './object-store.js';
+export * from './s3-store.js';
+
+const truthy = (v: string | undefined) => v !== undefined && /^(1|true|yes|on)$/i.test(v.trim());
+const opt = (v: string | undefined) => (v === undefined || v.trim() === '' ? undefined : v.trim());
+
+/**
+ * S3 when `S3_BUCKET` is set, otherwise files under `DATA_DIR/objects` with links signed by
+ * the service. `baseUrl` resolves the origin of signed links on the embedded store.
+ */
+export function createObjectStore(config: Config, baseUrl: () => string): ObjectStore {
+  const env = config.env;
+  const bucket = opt(env.S3_BUCKET);
+  if (bucket) {
+    return new S3ObjectStore({
+      bucket,
+      endpoint: opt(env.S3_ENDPOINT),
+      region: opt(env.S3_REGION),
+      accessKeyId: opt(env.S3_ACCESS_KEY_ID),
+      secretAccessKey: opt(env.S3_SECRET_ACCESS_KEY),
+      forcePathStyle: truthy(env.S3_FORCE_PATH_STYLE),
+      prefix: opt(env.S3_KEY_PREFIX),
+    });
+  }
+  if (!config.signingSecret) throw new Error('createObjectStore needs the signing secret');
+  return new LocalObjectStore(path.join(config.dataDir, 'objects'), config.signingSecret, baseUrl);
+}
