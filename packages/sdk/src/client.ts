@@ -6,9 +6,11 @@ import {
   APIError,
   APIUserAbortError,
 } from './core/errors.js';
+import { Agents } from './resources/agents.js';
 import { Catalogs } from './resources/catalogs.js';
 import { Chat } from './resources/chat.js';
 import { Runs } from './resources/runs.js';
+import { Sessions } from './resources/sessions.js';
 import { Storage } from './resources/storage.js';
 import type { Me } from './resources/types.js';
 
@@ -87,6 +89,8 @@ export class AiSuite {
   readonly catalogs: Catalogs;
   readonly storage: Storage;
   readonly runs: Runs;
+  readonly agents: Agents;
+  readonly sessions: Sessions;
   readonly chat: Chat;
 
   constructor(opts: ClientOptions = {}) {
@@ -100,6 +104,8 @@ export class AiSuite {
     this.catalogs = new Catalogs(this);
     this.storage = new Storage(this);
     this.runs = new Runs(this);
+    this.agents = new Agents(this);
+    this.sessions = new Sessions(this);
     this.chat = new Chat(this);
   }
 

@@ -1,6 +1,5 @@
 import express, { type Express } from 'express';
 import helmet from 'helmet';
-import { pinoHttp } from 'pino-http';
 import type { ServerDeps } from './context.js';
 import { docsRouter } from './http/docs.js';
 import { AppError, errorHandler, sendError } from './http/errors.js';
@@ -8,24 +7,17 @@ import { buildOpenApiDocument } from './http/openapi-doc.js';
 import { openApiHandler } from './http/openapi-handler.js';
 import { rawRouteModules } from './http/raw-routes.js';
 import { requestId } from './http/request-id.js';
+import { requestLog } from './http/request-log.js';
 import { appRouter } from './router.js';
 
 /** Assembles the express application. No I/O here: `createServer` owns start-up. */
 export function createApp(deps: ServerDeps): Express {
   const app = express();
   app.disable('x-powered-by');
-  app.set('trust proxy', deps.config.env.TRUST_PROXY ?? false);
+  app.set('trust proxy', deps.config.trustProxy);
   app.set('etag', false);
   app.use(requestId);
-  app.use(
-    pinoHttp({
-      logger: deps.log,
-      genReqId: (req) => (req as express.Request).requestId ?? '',
-      autoLogging: { ignore: (req) => req.url === '/healthz' || req.url === '/readyz' },
-      customLogLevel: (_req, res, err) =>
-        err || res.statusCode >= 500 ? 'error' : res.statusCode >= 400 ? 'warn' : 'info',
-    }),
-  );
+  app.use(requestLog(deps));
 
   app.get('/healthz', (_req, res) => {
     res.json({ status: 'ok' });

@@ -40,6 +40,12 @@ export const ConfigSchema = z.object({
   INIT_CREDITS_USD: optionalString,
   INIT_MONTHLY_TOKEN_QUOTA: optionalString,
   SHUTDOWN_GRACE_MS: intFromEnv(10_000),
+  /** express `trust proxy`: "true", a hop count, or a list of addresses/subnets; off by default. */
+  TRUST_PROXY: optionalString.transform((v): boolean | number | string => {
+    if (v === undefined || v === 'false') return false;
+    if (v === 'true') return true;
+    return /^\d+$/.test(v) ? Number(v) : v;
+  }),
 });
 
 export type Env = z.infer<typeof ConfigSchema>;
@@ -53,6 +59,7 @@ export interface Config {
   publicBaseUrl: string | undefined;
   signingSecret: string | undefined;
   shutdownGraceMs: number;
+  trustProxy: boolean | number | string;
   init: {
     workspaceName?: string;
     userEmail?: string;
@@ -79,12 +86,15 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   return {
     port: e.PORT,
     host: e.HOST,
-    dataDir: path.resolve(e.DATA_DIR),
+    // `pnpm start` / `pnpm cli` run inside packages/server; INIT_CWD (set by pnpm and npm) is
+    // where the operator typed the command, so a relative DATA_DIR means the same to both.
+    dataDir: path.resolve(env.INIT_CWD ?? '', e.DATA_DIR),
     databaseUrl: e.DATABASE_URL,
     logLevel: e.LOG_LEVEL,
     publicBaseUrl: e.PUBLIC_BASE_URL,
     signingSecret: e.SIGNING_SECRET,
     shutdownGraceMs: e.SHUTDOWN_GRACE_MS,
+    trustProxy: e.TRUST_PROXY,
     init: {
       workspaceName: e.INIT_WORKSPACE_NAME,
       userEmail: e.INIT_USER_EMAIL,

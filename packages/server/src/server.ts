@@ -80,7 +80,7 @@ export async function createServer(opts: CreateServerOptions = {}): Promise<AiSu
   let listeningUrl = `http://127.0.0.1:${config.port}`;
   const objects = createObjectStore(config, () => config.publicBaseUrl ?? listeningUrl);
   const runs = createRunEngine({ config, log, em });
-  const deps: ServerDeps = { config, db, log, em, ...ai, runs, objects };
+  const deps: ServerDeps = { config, db, log, em, ...ai, objects, runs };
   registerAgentRuntime(deps);
   const autonomous = registerAutonomousRuns(deps);
   await runs.start();

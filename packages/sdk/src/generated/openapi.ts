@@ -340,97 +340,6 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
-    "/managed-agents/sessions/{sessionId}/messages": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        get?: never;
-        put?: never;
-        /** Send a message: streams the turn as server-sent JSON events (docs/agents.md) */
-        post: operations["agents-sendMessage"];
-        delete?: never;
-        options?: never;
-        head?: never;
-        patch?: never;
-        trace?: never;
-    };
-    "/managed-agents/sessions/{sessionId}/runs/{runId}/stream": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        /** Reconnect to a turn stream: replays events after `Last-Event-ID`, then tails */
-        get: operations["agents-streamRun"];
-        put?: never;
-        post?: never;
-        delete?: never;
-        options?: never;
-        head?: never;
-        patch?: never;
-        trace?: never;
-    };
-    "/storage/objects/{key}": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        /**
-         * Download through a signed link of the embedded object store (the `presignedUrl` of a file)
-         * @description No credentials: the HMAC signature over key, expiry, content type and file name is the credential. A tampered or expired link gives 403. Only served when objects are stored on the local filesystem.
-         */
-        get: operations["storage-signed-object"];
-        put?: never;
-        post?: never;
-        delete?: never;
-        options?: never;
-        head?: never;
-        patch?: never;
-        trace?: never;
-    };
-    "/workspaces/{workspaceId}/storage/content": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        /** Read a file: the raw bytes with the stored MIME type, Content-Disposition inline */
-        get: operations["storage-content"];
-        put?: never;
-        post?: never;
-        delete?: never;
-        options?: never;
-        head?: never;
-        patch?: never;
-        trace?: never;
-    };
-    "/workspaces/{workspaceId}/storage/import": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        get?: never;
-        put?: never;
-        /**
-         * Import files, a folder or a zip (multipart, streamed)
-         * @description Fields `kind` (`folder` default, `zip`, `files`) and `pathPrefix` must precede the file parts. `file[]` parts carry relative paths as their filenames; `file` is the zip. An existing file at the same path is replaced.
-         */
-        post: operations["storage-import"];
-        delete?: never;
-        options?: never;
-        head?: never;
-        patch?: never;
-        trace?: never;
-    };
     "/chat": {
         parameters: {
             query?: never;
@@ -522,6 +431,97 @@ export interface paths {
                 };
             };
         };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/storage/objects/{key}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Download through a signed link of the embedded object store (the `presignedUrl` of a file)
+         * @description No credentials: the HMAC signature over key, expiry, content type and file name is the credential. A tampered or expired link gives 403. Only served when objects are stored on the local filesystem.
+         */
+        get: operations["storage-signed-object"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/workspaces/{workspaceId}/storage/content": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Read a file: the raw bytes with the stored MIME type, Content-Disposition inline */
+        get: operations["storage-content"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/workspaces/{workspaceId}/storage/import": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Import files, a folder or a zip (multipart, streamed)
+         * @description Fields `kind` (`folder` default, `zip`, `files`) and `pathPrefix` must precede the file parts. `file[]` parts carry relative paths as their filenames; `file` is the zip. An existing file at the same path is replaced.
+         */
+        post: operations["storage-import"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/managed-agents/sessions/{sessionId}/messages": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Send a message: streams the turn as server-sent JSON events (docs/agents.md) */
+        post: operations["agents-sendMessage"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/managed-agents/sessions/{sessionId}/runs/{runId}/stream": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Reconnect to a turn stream: replays events after `Last-Event-ID`, then tails */
+        get: operations["agents-streamRun"];
+        put?: never;
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -2829,112 +2829,6 @@ export interface operations {
             };
         };
     };
-    "agents-sendMessage": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path: {
-                sessionId: string;
-            };
-            cookie?: never;
-        };
-        requestBody: {
-            content: {
-                "application/json": {
-                    message: string;
-                    model?: string;
-                    /**
-                     * @default reject
-                     * @enum {string}
-                     */
-                    concurrency?: "reject" | "queue" | "interrupt";
-                };
-            };
-        };
-        responses: {
-            /** @description text/event-stream; every message has `id:` (its sequence in the run log) and `event:` equal to `data.type` */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "text/event-stream": string;
-                };
-            };
-            /** @description message is required */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description Insufficient credits */
-            402: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description A turn is already running (concurrency `reject`) */
-            409: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description Rate limit exceeded */
-            429: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-        };
-    };
-    "agents-streamRun": {
-        parameters: {
-            query?: {
-                after?: string;
-            };
-            header?: {
-                "last-event-id"?: string;
-            };
-            path: {
-                sessionId: string;
-                runId: string;
-            };
-            cookie?: never;
-        };
-        requestBody?: never;
-        responses: {
-            /** @description text/event-stream */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "text/event-stream": string;
-                };
-            };
-            /** @description Run not found */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-        };
-    };
     "storage-signed-object": {
         parameters: {
             query: {
@@ -3087,6 +2981,112 @@ export interface operations {
             };
             /** @description `File <name> exceeds the 500 MB upload limit`, or archive bounds exceeded */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "agents-sendMessage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sessionId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    message: string;
+                    model?: string;
+                    /**
+                     * @default reject
+                     * @enum {string}
+                     */
+                    concurrency?: "reject" | "queue" | "interrupt";
+                };
+            };
+        };
+        responses: {
+            /** @description text/event-stream; every message has `id:` (its sequence in the run log) and `event:` equal to `data.type` */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": string;
+                };
+            };
+            /** @description message is required */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Insufficient credits */
+            402: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A turn is already running (concurrency `reject`) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Rate limit exceeded */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "agents-streamRun": {
+        parameters: {
+            query?: {
+                after?: string;
+            };
+            header?: {
+                "last-event-id"?: string;
+            };
+            path: {
+                sessionId: string;
+                runId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description text/event-stream */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": string;
+                };
+            };
+            /** @description Run not found */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };

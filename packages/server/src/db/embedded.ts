@@ -22,9 +22,9 @@ export interface EmbeddedPostgres {
 }
 
 export const EMBEDDED_PORT = 5432;
-const LOCK_FILE = 'embedded-pg.lock.json';
+export const LOCK_FILE = 'embedded-pg.lock.json';
 
-interface LockInfo {
+export interface LockInfo {
   pid: number;
   socketDir: string;
   port: number;
@@ -33,15 +33,16 @@ interface LockInfo {
 
 const SOCKET_PATH_MAX = 100;
 
-function pickSocketDir(dataDir: string | undefined): string {
+/** Unix socket paths are limited to ~104 bytes: deep data directories use a temp directory. */
+function pickSocketDir(dataDir: string | undefined): { dir: string; temporary: boolean } {
   if (dataDir) {
     const candidate = path.join(dataDir, 'run');
     if (path.join(candidate, `.s.PGSQL.${EMBEDDED_PORT}`).length < SOCKET_PATH_MAX) {
       fs.mkdirSync(candidate, { recursive: true });
-      return candidate;
+      return { dir: candidate, temporary: false };
     }
   }
-  return fs.mkdtempSync(path.join(os.tmpdir(), 'aisuite-pg-'));
+  return { dir: fs.mkdtempSync(path.join(os.tmpdir(), 'aisuite-pg-')), temporary: true };
 }
 
 function isAlive(pid: number): boolean {
@@ -64,19 +65,39 @@ function canConnect(socketPath: string): Promise<boolean> {
   });
 }
 
-/** The running owner of `dataDir`, if any, that other processes can connect to. */
-export async function findEmbeddedOwner(dataDir: string): Promise<LockInfo | undefined> {
-  const lockPath = path.join(dataDir, LOCK_FILE);
-  let info: LockInfo;
+function readLock(lockPath: string): LockInfo | undefined {
   try {
-    info = JSON.parse(fs.readFileSync(lockPath, 'utf8')) as LockInfo;
+    return JSON.parse(fs.readFileSync(lockPath, 'utf8')) as LockInfo;
   } catch {
     return undefined;
   }
-  if (info.pid === process.pid) return undefined;
-  if (!isAlive(info.pid)) return undefined;
-  const ok = await canConnect(path.join(info.socketDir, `.s.PGSQL.${info.port}`));
-  return ok ? info : undefined;
+}
+
+export interface FindOwnerOptions {
+  /**
+   * How long to wait for an owner that holds the lock but does not accept connections yet
+   * (it is still starting PGlite). Default 15 s.
+   */
+  waitMs?: number;
+}
+
+/**
+ * The running owner of `dataDir`, if any, that other processes can connect to. An owner that
+ * is alive but not listening yet is waited for; a lock left by a dead process is ignored.
+ */
+export async function findEmbeddedOwner(
+  dataDir: string,
+  opts: FindOwnerOptions = {},
+): Promise<LockInfo | undefined> {
+  const lockPath = path.join(dataDir, LOCK_FILE);
+  const deadline = Date.now() + (opts.waitMs ?? 15_000);
+  for (;;) {
+    const info = readLock(lockPath);
+    if (!info || info.pid === process.pid || !isAlive(info.pid)) return undefined;
+    if (await canConnect(path.join(info.socketDir, `.s.PGSQL.${info.port}`))) return info;
+    if (Date.now() >= deadline) return undefined;
+    await new Promise((r) => setTimeout(r, 100));
+  }
 }
 
 function acquireLock(dataDir: string, info: LockInfo): () => void {
@@ -87,25 +108,16 @@ function acquireLock(dataDir: string, info: LockInfo): () => void {
       fs.writeSync(fd, JSON.stringify(info));
       fs.closeSync(fd);
       return () => {
-        try {
-          const cur = JSON.parse(fs.readFileSync(lockPath, 'utf8')) as LockInfo;
-          if (cur.pid === info.pid) fs.unlinkSync(lockPath);
-        } catch {
-          /* already gone */
-        }
+        if (readLock(lockPath)?.pid === info.pid) fs.rmSync(lockPath, { force: true });
       };
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
-      let cur: LockInfo | undefined;
-      try {
-        cur = JSON.parse(fs.readFileSync(lockPath, 'utf8')) as LockInfo;
-      } catch {
-        cur = undefined;
-      }
+      const cur = readLock(lockPath);
       if (cur && cur.pid !== info.pid && isAlive(cur.pid)) {
         throw new Error(
-          `The embedded database in ${dataDir} is already open in process ${cur.pid}. ` +
-            'Connect through it (the CLI does so by itself) or stop it first.',
+          `The embedded database in ${dataDir} is already open in process ${cur.pid}, which does ` +
+            'not accept connections. Stop that process, or, if it is not an AI Suite process, ' +
+            `delete ${lockPath}.`,
         );
       }
       fs.rmSync(lockPath, { force: true }); // stale lock from a dead process
@@ -129,7 +141,7 @@ export async function startEmbeddedPostgres(opts: StartEmbeddedOptions): Promise
     fs.mkdirSync(opts.dataDir, { recursive: true });
     pgDir = path.join(opts.dataDir, 'pgdata');
   }
-  const socketDir = pickSocketDir(opts.dataDir);
+  const { dir: socketDir, temporary: socketDirIsTemp } = pickSocketDir(opts.dataDir);
   if (opts.dataDir) {
     release = acquireLock(opts.dataDir, {
       pid: process.pid,
@@ -171,6 +183,7 @@ export async function startEmbeddedPostgres(opts: StartEmbeddedOptions): Promise
       await srv.stop();
       await pg.close();
       fs.rmSync(socketPath, { force: true });
+      if (socketDirIsTemp) fs.rmSync(socketDir, { recursive: true, force: true });
       release();
     },
   };

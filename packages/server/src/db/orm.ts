@@ -18,6 +18,11 @@ export interface Database {
   kind: 'embedded' | 'server';
   /** Set only when this process owns the embedded database. */
   embedded?: EmbeddedPostgres;
+  /**
+   * True when another process owns the embedded database and this one is connected to it
+   * through the owner's socket (the operator CLI while the server runs).
+   */
+  attached: boolean;
   close(): Promise<void>;
 }
 
@@ -26,6 +31,11 @@ export interface OpenDatabaseOptions {
   dataDir?: string;
   /** An embedded database already started by the caller (tests); not closed by `close()`. */
   embedded?: EmbeddedPostgres;
+  /**
+   * Apply pending migrations (default true). Never done when attached to another process's
+   * embedded database: the owner migrated at its start, and a schema this code does not
+   * know is refused instead.
+   */
   migrate?: boolean;
   poolMax?: number;
   debug?: boolean;
@@ -70,6 +80,7 @@ export async function openDatabase(opts: OpenDatabaseOptions): Promise<Database>
   let orm: Orm;
   let owned: EmbeddedPostgres | undefined;
   let kind: Database['kind'] = 'embedded';
+  let attached = false;
   if (opts.databaseUrl) {
     kind = 'server';
     orm = await initOrm({ clientUrl: opts.databaseUrl }, poolMax, debug);
@@ -79,6 +90,7 @@ export async function openDatabase(opts: OpenDatabaseOptions): Promise<Database>
     if (!opts.dataDir) throw new Error('openDatabase needs databaseUrl, dataDir or embedded');
     const owner = await findEmbeddedOwner(opts.dataDir);
     if (owner) {
+      attached = true;
       orm = await initOrm({ host: owner.socketDir, port: owner.port }, poolMax, debug);
     } else {
       owned = await startEmbeddedPostgres({ dataDir: opts.dataDir });
@@ -90,18 +102,27 @@ export async function openDatabase(opts: OpenDatabaseOptions): Promise<Database>
       }
     }
   }
-  if (opts.migrate ?? true) {
-    try {
+  try {
+    if (attached) {
+      const pending = await orm.getMigrator().getPendingMigrations();
+      if (pending.length > 0) {
+        throw new Error(
+          `The process serving the embedded database in ${opts.dataDir} runs an older schema ` +
+            `(${pending.length} migration(s) pending): restart it with this version first.`,
+        );
+      }
+    } else if (opts.migrate ?? true) {
       await orm.getMigrator().up();
-    } catch (err) {
-      await orm.close(true);
-      await owned?.close();
-      throw err;
     }
+  } catch (err) {
+    await orm.close(true);
+    await owned?.close();
+    throw err;
   }
   return {
     orm,
     kind,
+    attached,
     embedded: owned ?? opts.embedded,
     async close() {
       await orm.close(true);

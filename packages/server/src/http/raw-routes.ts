@@ -17,4 +17,4 @@ export interface RawRouteModule {
 }
 
 /** Every raw route module. Domains append theirs here. */
-export const rawRouteModules: RawRouteModule[] = [agentRoutes, storageRoutes, chatRoutes];
+export const rawRouteModules: RawRouteModule[] = [chatRoutes, storageRoutes, agentRoutes];

@@ -120,6 +120,8 @@ export interface StreamProgress {
 export interface LlmSettings {
   maxRetries: number;
   timeoutMs: number;
+  /** `fetch` for the SDK (default: Node's http client, see http-fetch.ts). */
+  fetch?: typeof fetch;
 }
 
 /**
@@ -144,6 +146,7 @@ export class OpenAiLlmProvider implements LlmProvider {
         apiKey: p.apiKey || 'unset',
         maxRetries: this.settings.maxRetries,
         timeout: this.settings.timeoutMs,
+        ...(this.settings.fetch ? { fetch: this.settings.fetch } : {}),
       });
       this.clients.set(providerId, c);
     }

@@ -5,6 +5,7 @@ import path from 'node:path';
 import { type FakeOpenAI, fakeOpenAIEnv, startFakeOpenAI } from '@ai-suite/testkit';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { AppError } from '../http/errors.js';
+import { createHttpFetch } from './http-fetch.js';
 import type { ChatStreamPart } from './llm.js';
 import { loadModelCatalog } from './models.js';
 import { OpenAiLlmProvider } from './openai-provider.js';
@@ -16,7 +17,7 @@ let catalog: ReturnType<typeof loadModelCatalog>;
 beforeAll(async () => {
   fake = await startFakeOpenAI();
   catalog = loadModelCatalog(fakeOpenAIEnv(fake));
-  llm = new OpenAiLlmProvider(catalog, { maxRetries: 0, timeoutMs: 5_000 });
+  llm = new OpenAiLlmProvider(catalog, { maxRetries: 0, timeoutMs: 5_000, fetch: createHttpFetch() });
 });
 afterAll(() => fake?.close());
 beforeEach(() => fake.reset());
@@ -119,14 +120,18 @@ describe('OpenAI-compatible provider against the fake upstream', () => {
       });
     });
     const dead = loadModelCatalog({ ...fakeOpenAIEnv(fake), OPENAI_BASE_URL: `http://127.0.0.1:${port}/v1` });
-    const deadLlm = new OpenAiLlmProvider(dead, { maxRetries: 0, timeoutMs: 5_000 });
+    const deadLlm = new OpenAiLlmProvider(dead, {
+      maxRetries: 0,
+      timeoutMs: 5_000,
+      fetch: createHttpFetch(),
+    });
     const refused = await deadLlm
       .streamText({ model: dead.resolve('chat'), messages: [{ role: 'user', content: 'hi' }] }, () => {})
       .catch((e: unknown) => e);
     expect(refused).toMatchObject({ status: 502, message: 'AI service is temporarily unavailable' });
 
     fake.script({ hang: true });
-    const slow = new OpenAiLlmProvider(catalog, { maxRetries: 0, timeoutMs: 200 });
+    const slow = new OpenAiLlmProvider(catalog, { maxRetries: 0, timeoutMs: 200, fetch: createHttpFetch() });
     const timedOut = await slow
       .streamText({ model: chat(), messages: [{ role: 'user', content: 'hi' }] }, () => {})
       .catch((e: unknown) => e);
@@ -158,6 +163,21 @@ describe('OpenAI-compatible provider against the fake upstream', () => {
     await expect(run).rejects.toBeDefined();
     await expect.poll(() => fake.requests[0]?.aborted).toBe(true);
     expect(fake.requests[0]?.chunksSent).toBeLessThan(400);
+  });
+
+  it('works the same on the global fetch (LLM_HTTP_CLIENT=fetch)', async () => {
+    const viaFetch = new OpenAiLlmProvider(catalog, { maxRetries: 0, timeoutMs: 5_000 });
+    fake.script({ text: ['x', 'y'], usage: { prompt_tokens: 2, completion_tokens: 2 } });
+    const got: string[] = [];
+    const r = await viaFetch.streamText({ model: chat(), messages: [{ role: 'user', content: 'hi' }] }, (t) =>
+      got.push(t),
+    );
+    expect(got).toEqual(['x', 'y']);
+    expect(r.usage).toEqual({ inputTokens: 2, outputTokens: 2, estimated: false });
+    fake.script({ error: { status: 404, message: 'no such model' } });
+    await expect(
+      viaFetch.streamText({ model: chat(), messages: [{ role: 'user', content: 'hi' }] }, () => {}),
+    ).rejects.toMatchObject({ status: 502, message: 'AI model error: no such model' });
   });
 
   it('embeds through the embeddings endpoint, deterministically', async () => {

@@ -1,6 +1,7 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
 import type { Config } from '../config.js';
 import { meteringSettingsFromEnv, PgMetering } from '../metering/service.js';
+import { createHttpFetch } from './http-fetch.js';
 import { loadModelCatalog } from './models.js';
 import { OpenAiLlmProvider } from './openai-provider.js';
 
@@ -17,6 +18,8 @@ export function createAiDeps(config: Config, em: () => EntityManager) {
   const llm = new OpenAiLlmProvider(models, {
     maxRetries: nonNegInt(config.env.LLM_MAX_RETRIES, 'LLM_MAX_RETRIES', 1),
     timeoutMs: Math.max(1, nonNegInt(config.env.LLM_TIMEOUT_MS, 'LLM_TIMEOUT_MS', 60_000)),
+    // `LLM_HTTP_CLIENT=fetch` switches the SDK back to the global fetch.
+    fetch: config.env.LLM_HTTP_CLIENT === 'fetch' ? undefined : createHttpFetch(),
   });
   const metering = new PgMetering(em, meteringSettingsFromEnv(config.env));
   return { models, llm, metering };

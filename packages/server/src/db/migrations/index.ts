@@ -13,8 +13,8 @@ import { Migration20261121060001_autonomous_runs } from './Migration202611210600
 export const migrationsList: MigrationObject[] = [
   { name: 'Migration20261121000000_foundation', class: Migration20261121000000_foundation },
   { name: 'Migration20261121010000_metering', class: Migration20261121010000_metering },
+  { name: 'Migration20261121020000_storage', class: Migration20261121020000_storage },
   { name: 'Migration20261121040001_run_engine', class: Migration20261121040001_run_engine },
   { name: 'Migration20261121040002_agents', class: Migration20261121040002_agents },
-  { name: 'Migration20261121020000_storage', class: Migration20261121020000_storage },
   { name: 'Migration20261121060001_autonomous_runs', class: Migration20261121060001_autonomous_runs },
 ];

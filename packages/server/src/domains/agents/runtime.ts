@@ -236,7 +236,7 @@ export class TurnExecutor implements RunExecutor {
       return { text, toolCalls };
     } catch (err) {
       await meter
-        ?.finish(signal.aborted ? 'aborted' : 'error')
+        ?.finish(signal.aborted || err instanceof RunGoneError ? 'aborted' : 'error')
         .catch((e) => this.deps.log.error({ err: e, runId: run.id }, 'recording agent usage failed'));
       throw err;
     }

@@ -4,6 +4,7 @@ import { hash as argonHash } from '@node-rs/argon2';
 import { displayPrefix, generateApiKey, hashApiKey, isWellFormedApiKey } from '../../auth/api-keys.js';
 import type { Principal } from '../../auth/principal.js';
 import { AppError, badRequest, conflict, forbidden, notFound } from '../../http/errors.js';
+import { MICROS_PER_USD } from './amounts.js';
 import {
   type ApiKey,
   ApiKeyEntity,
@@ -17,7 +18,7 @@ import {
 } from './entities.js';
 
 export const MAX_ACTIVE_KEYS = 10;
-export const MICROS_PER_USD = 1_000_000;
+export { MICROS_PER_USD, parseTokenQuota, usdToMicros } from './amounts.js';
 
 export interface WorkspaceDto {
   id: string;
@@ -67,27 +68,6 @@ export const toApiKeyDto = (k: ApiKey): ApiKeyDto => ({
 });
 
 const isUuid = (s: string) => /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(s);
-
-/** Parses a dollar amount ("12.50") into integer micro-dollars without float drift. */
-export function usdToMicros(input: string | number): number {
-  const s = String(input).trim();
-  const m = /^(\d+)(?:\.(\d{1,6}))?$/.exec(s);
-  if (!m) throw badRequest(`Invalid amount "${s}": use a non-negative number of dollars`);
-  const whole = Number(m[1]);
-  const frac = Number((m[2] ?? '').padEnd(6, '0'));
-  const micros = whole * MICROS_PER_USD + frac;
-  if (!Number.isSafeInteger(micros)) throw badRequest(`Amount "${s}" is too large`);
-  return micros;
-}
-
-export function parseTokenQuota(input: string | number | null): number | null {
-  if (input === null || input === 'unlimited' || input === 'none') return null;
-  const n = Number(input);
-  if (!Number.isSafeInteger(n) || n < 0) {
-    throw badRequest(`Invalid token quota "${input}": use a non-negative integer or "unlimited"`);
-  }
-  return n;
-}
 
 /**
  * Workspaces, users, API keys and credit grants: what an operator (CLI, headless init, the

@@ -1,0 +1,154 @@
+import {
+  createTestWorkspace,
+  type FakeOpenAI,
+  startTestServerWithFakeModel,
+  type TestServer,
+} from '@ai-suite/server/test-harness';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  type AgentEvent,
+  AgentRunError,
+  AiSuite,
+  BadRequestError,
+  ConflictError,
+  NotFoundError,
+} from '../src/index.js';
+
+let ts: TestServer & { fake: FakeOpenAI };
+let client: AiSuite;
+
+beforeAll(async () => {
+  ts = await startTestServerWithFakeModel({ env: { RUN_POLL_INTERVAL_MS: '100' } });
+  const ws = await createTestWorkspace(ts, { creditsUsd: '10' });
+  client = new AiSuite({ baseURL: ts.url, apiKey: ws.apiKey, maxRetries: 0 });
+});
+afterAll(() => ts?.close());
+
+describe('agents and sessions through the SDK', () => {
+  it('creates, reads, updates, lists and deletes agents and sessions', async () => {
+    const { agent } = await client.agents.create({
+      name: 'SDK agent',
+      config: { compute: { maxIterations: 4 } },
+    });
+    expect(agent.appType).toBe('agent');
+    const detail = await client.agents.retrieve(agent.id);
+    expect(detail.agent.config).toMatchObject({ platformVersion: 2, compute: { maxIterations: 4 } });
+    const updated = await client.agents.update(agent.id, {
+      description: 'changed',
+      tools: [{ toolId: 'web_fetch', enabled: true }],
+    });
+    expect(updated.agent).toMatchObject({ name: 'SDK agent', description: 'changed' });
+    const { agents } = await client.agents.list();
+    expect(agents.map((a) => a.id)).toContain(agent.id);
+
+    const { session } = await client.sessions.create(agent.id, { end_user_id: 'u-1' });
+    const page = await client.sessions.list(agent.id, { limit: 10 });
+    expect(page.total).toBe(1);
+    expect((await client.sessions.retrieve(session.id)).session.context.end_user_id).toBe('u-1');
+    await expect(client.sessions.list(agent.id, { limit: 0 })).rejects.toBeInstanceOf(BadRequestError);
+    expect(await client.sessions.delete(session.id)).toEqual({ deleted: true });
+    expect(await client.agents.delete(agent.id)).toEqual({ deleted: true });
+    const err = await client.agents.retrieve(agent.id).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(NotFoundError);
+    expect((err as NotFoundError).message).toBe('Agent not found');
+  });
+});
+
+describe('sessions.send', () => {
+  it('streams a turn, runs integrator tool handlers, and returns the final text', async () => {
+    const { agent } = await client.agents.create({
+      name: 'Tools',
+      config: { customTools: [{ name: 'get_time' }, { name: 'explode' }] },
+    });
+    const { session } = await client.sessions.create(agent.id);
+    ts.fake.script(
+      {
+        toolCalls: [
+          { id: 't1', name: 'get_time', arguments: '{"tz":"UTC"}' },
+          { id: 't2', name: 'explode', arguments: '{}' },
+        ],
+      },
+      { text: 'It is noon.' },
+    );
+    const seenArgs: unknown[] = [];
+    const deltas: string[] = [];
+    const stream = client.sessions
+      .send(session.id, 'What time is it?', {
+        tools: {
+          get_time: (args) => {
+            seenArgs.push(args);
+            return { time: '12:00' };
+          },
+          explode: () => {
+            throw new Error('kaboom');
+          },
+        },
+      })
+      .on('message.delta', (e) => deltas.push(e.content));
+    expect(await stream.finalText()).toBe('It is noon.');
+    expect(deltas.join('')).toBe('It is noon.');
+    expect(seenArgs).toEqual([{ tz: 'UTC' }]);
+    const events = await stream.done();
+    const completed = events.filter((e) => e.type === 'tool_call.completed');
+    expect(completed.map((e) => (e as any).status).sort()).toEqual(['completed', 'error']);
+    expect(completed.find((e) => (e as any).status === 'error')).toMatchObject({ error: 'kaboom' });
+    // the model received both results
+    const toolMsgs = ts.fake.requests.at(-1)?.body.messages.filter((m: any) => m.role === 'tool');
+    expect(toolMsgs.map((m: any) => m.content).sort()).toEqual(['{"error":"kaboom"}', '{"time":"12:00"}']);
+
+    const timeline = await client.sessions.events(session.id);
+    expect(timeline.events[0]?.type).toBe('turn_run');
+  });
+
+  it('cancels a running turn and finalText rejects with AgentRunError', async () => {
+    const { agent } = await client.agents.create({ name: 'Cancel' });
+    const { session } = await client.sessions.create(agent.id);
+    ts.fake.script({ text: 'y'.repeat(300), chunkSize: 2, paceMs: 20 });
+    const stream = client.sessions.send(session.id, 'talk');
+    let cancelled: Promise<unknown> | undefined;
+    stream.on('message.delta', () => {
+      cancelled ??= stream.cancel();
+    });
+    const err = await stream.finalText().catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(AgentRunError);
+    expect((err as AgentRunError).status).toBe('cancelled');
+    expect(await cancelled).toMatchObject({ status: 'cancelled' });
+  });
+
+  it('reconnects with Last-Event-ID and rejects a concurrent turn with ConflictError', async () => {
+    const { agent } = await client.agents.create({
+      name: 'Reattach',
+      config: { customTools: [{ name: 'later' }] },
+    });
+    const { session } = await client.sessions.create(agent.id);
+    ts.fake.script(
+      { toolCalls: [{ id: 'l1', name: 'later', arguments: '{}' }] },
+      { text: 'Finished later.' },
+    );
+    const first = client.sessions.send(session.id, 'start');
+    const seen: AgentEvent[] = [];
+    let pendingId = '';
+    let lastId = 0;
+    for await (const e of first) {
+      seen.push(e);
+      lastId++;
+      if (e.type === 'tool_call.pending') {
+        pendingId = e.toolCallId;
+        break; // the client drops
+      }
+    }
+    const busy = await client.sessions
+      .send(session.id, 'again')
+      .done()
+      .catch((e: unknown) => e);
+    expect(busy).toBeInstanceOf(ConflictError);
+
+    await client.sessions.submitToolResult(session.id, { toolCallId: pendingId, result: 'ok' });
+    const resumed = client.sessions.stream(session.id, first.runId as string, { lastEventId: lastId });
+    expect(await resumed.finalText()).toBe('Finished later.');
+    const rest = await resumed.done();
+    expect(rest[0]?.type).toBe('tool_call.completed');
+    expect([...seen, ...rest].map((e) => e.type)).not.toContain(undefined);
+    expect(seen.filter((e) => rest.includes(e))).toEqual([]);
+  });
+});

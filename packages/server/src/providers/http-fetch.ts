@@ -1,0 +1,58 @@
+import http from 'node:http';
+import https from 'node:https';
+import { Readable } from 'node:stream';
+
+const NULL_BODY = new Set([101, 103, 204, 205, 304]);
+
+/**
+ * A minimal `fetch` for the `openai` SDK on Node's own HTTP client (keep-alive agents, the
+ * native llhttp parser). The global `fetch` (undici) costs several times more CPU per streamed
+ * reply, which is most of the gateway's overhead on `/chat`. Supports what the SDK uses:
+ * method, headers, a string/bytes body, `signal` (abort before and during the body).
+ */
+export function createHttpFetch(opts: { maxSockets?: number } = {}): typeof fetch {
+  const agents = {
+    'http:': new http.Agent({ keepAlive: true, maxSockets: opts.maxSockets ?? 256 }),
+    'https:': new https.Agent({ keepAlive: true, maxSockets: opts.maxSockets ?? 256 }),
+  };
+  return ((input: string | URL | Request, init: RequestInit = {}) =>
+    new Promise<Response>((resolve, reject) => {
+      const url = new URL(typeof input === 'string' || input instanceof URL ? input : input.url);
+      const mod = url.protocol === 'https:' ? https : http;
+      const agent = agents[url.protocol as 'http:' | 'https:'];
+      if (!agent) {
+        reject(new TypeError(`Unsupported protocol ${url.protocol}`));
+        return;
+      }
+      const headers: Record<string, string> = {};
+      new Headers(init.headers).forEach((v, k) => {
+        headers[k] = v;
+      });
+      const signal = init.signal ?? undefined;
+      if (signal?.aborted) {
+        reject(signal.reason ?? new DOMException('This operation was aborted', 'AbortError'));
+        return;
+      }
+      const req = mod.request(url, { method: init.method ?? 'GET', headers, agent, signal }, (res) => {
+        const status = res.statusCode ?? 500;
+        const h = new Headers();
+        for (const [k, v] of Object.entries(res.headers)) {
+          if (Array.isArray(v)) for (const item of v) h.append(k, item);
+          else if (v !== undefined) h.set(k, v);
+        }
+        let body: ReadableStream<Uint8Array> | null = null;
+        if (NULL_BODY.has(status) || init.method === 'HEAD') res.resume();
+        else body = Readable.toWeb(res) as unknown as ReadableStream<Uint8Array>;
+        resolve(new Response(body, { status, statusText: res.statusMessage, headers: h }));
+      });
+      req.on('error', reject);
+      const b = init.body;
+      if (b === undefined || b === null) req.end();
+      else if (typeof b === 'string' || b instanceof Uint8Array) req.end(b);
+      else if (b instanceof ArrayBuffer) req.end(Buffer.from(b));
+      else {
+        req.destroy();
+        reject(new TypeError('Unsupported request body type'));
+      }
+    })) as typeof fetch;
+}

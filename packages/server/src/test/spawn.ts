@@ -1,0 +1,46 @@
+import { type ChildProcess, execFile, spawn } from 'node:child_process';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+/** packages/server: the working directory of spawned server and CLI processes. */
+export const SERVER_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+
+/** The parent's environment without anything that would pick a database or data directory. */
+export function cleanEnv(extra: Record<string, string | undefined>): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = { ...process.env };
+  for (const k of Object.keys(env)) {
+    if (k === 'DATABASE_URL' || k === 'DATA_DIR' || k === 'INIT_CWD' || k.startsWith('INIT_')) delete env[k];
+  }
+  for (const [k, v] of Object.entries(extra)) if (v !== undefined) env[k] = v;
+  return env;
+}
+
+export interface CliResult {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs `tsx src/cli/main.ts …args` as a child process. */
+export function runCliProcess(args: string[], env: Record<string, string | undefined>): Promise<CliResult> {
+  return new Promise((resolve) => {
+    execFile(
+      process.execPath,
+      ['--import', 'tsx', 'src/cli/main.ts', ...args],
+      { cwd: SERVER_DIR, env: cleanEnv(env), timeout: 60_000 },
+      (err, stdout, stderr) => {
+        const code = err ? (typeof err.code === 'number' ? err.code : -1) : 0;
+        resolve({ code, stdout, stderr });
+      },
+    );
+  });
+}
+
+/** Starts `tsx src/main.ts` as a child process (the server as `pnpm start` runs it). */
+export function spawnServerProcess(env: Record<string, string | undefined>): ChildProcess {
+  return spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
+    cwd: SERVER_DIR,
+    env: cleanEnv(env),
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+}
