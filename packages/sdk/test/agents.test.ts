@@ -152,3 +152,60 @@ describe('sessions.send', () => {
     expect(seen.filter((e) => rest.includes(e))).toEqual([]);
   });
 });
+
+describe('automatic reconnect', () => {
+  it('re-attaches with Last-Event-ID when the connection drops mid-turn, losing nothing', async () => {
+    const http = await import('node:http');
+    const target = new URL(ts.url);
+    let cut = false;
+    // A proxy that breaks the first turn stream right after the pending tool call went through.
+    const proxy = http.createServer((req, res) => {
+      const up = http.request(
+        { host: target.hostname, port: target.port, path: req.url, method: req.method, headers: req.headers },
+        (upRes) => {
+          res.writeHead(upRes.statusCode ?? 502, upRes.headers);
+          upRes.on('data', (chunk: Buffer) => {
+            res.write(chunk);
+            if (!cut && req.url?.endsWith('/messages') && chunk.toString().includes('tool_call.pending')) {
+              cut = true;
+              upRes.destroy();
+              res.socket?.destroy();
+            }
+          });
+          upRes.on('end', () => res.end());
+        },
+      );
+      req.pipe(up);
+    });
+    await new Promise<void>((r) => proxy.listen(0, '127.0.0.1', r));
+    const port = (proxy.address() as { port: number }).port;
+    try {
+      const viaProxy = new AiSuite({
+        baseURL: `http://127.0.0.1:${port}`,
+        apiKey: (client as any).apiKey,
+        maxRetries: 0,
+      });
+      const { agent } = await viaProxy.agents.create({
+        name: 'Flaky',
+        config: { customTools: [{ name: 'slow' }] },
+      });
+      const { session } = await viaProxy.sessions.create(agent.id);
+      ts.fake.script(
+        { toolCalls: [{ id: 'f1', name: 'slow', arguments: '{}' }] },
+        { text: 'Survived the drop.' },
+      );
+      const stream = viaProxy.sessions.send(session.id, 'go', { tools: { slow: () => 'done' } });
+      const ids: string[] = [];
+      stream.on('*', (e) => ids.push(e.type));
+      expect(await stream.finalText()).toBe('Survived the drop.');
+      expect(cut).toBe(true);
+      const events = await stream.done();
+      expect(events.map((e) => e.type).filter((t) => t === 'tool_call.pending')).toHaveLength(1);
+      expect(events.map((e) => e.type).filter((t) => t === 'run.started')).toHaveLength(1);
+      expect(events.at(-1)?.type).toBe('run.completed');
+    } finally {
+      proxy.closeAllConnections();
+      await new Promise<void>((r) => proxy.close(() => r()));
+    }
+  });
+});
