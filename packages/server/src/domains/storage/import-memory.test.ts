@@ -75,6 +75,6 @@ describe('streamed import', () => {
     const { files } = (await list.json()) as { files: { sizeBytes: number; path: string }[] };
     expect(files[0]).toMatchObject({ sizeBytes: SIZE, path: '/big/huge.bin' });
     const growthMb = (peak - before) / MB;
-    expect(growthMb).toBeLessThan(100);
+    expect(growthMb, `peak RSS growth ${growthMb.toFixed(1)} MB`).toBeLessThan(100);
   }, 180_000);
 });

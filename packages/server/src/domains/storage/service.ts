@@ -191,9 +191,18 @@ export class StorageService {
     if (await this.folderExists(workspaceId, path)) throw pathConflict(path);
   }
 
+  /** 409 when a file sits at `path` or at any of its ancestors (a folder cannot live under a file). */
   private async assertNoFileAt(workspaceId: string, path: string): Promise<void> {
-    if (path === '/') return;
-    if (await this.fileAt(workspaceId, parentOf(path), baseName(path))) throw pathConflict(path);
+    const chain = ancestorsAndSelf(path);
+    if (chain.length === 0) return;
+    const fullPath =
+      "case when folder_path = '/' then '/' || filename else folder_path || '/' || filename end";
+    const rows = await this.em.execute<{ p: string }[]>(
+      `select ${fullPath} as p from storage_files where workspace_id = ? and folder_path is not null
+       and ${fullPath} in (${chain.map(() => '?').join(', ')}) limit 1`,
+      [workspaceId, ...chain],
+    );
+    if (rows[0]) throw pathConflict(rows[0].p);
   }
 
   /**
@@ -402,8 +411,6 @@ export class StorageService {
     const existed = await this.folderExists(workspaceId, path);
     if (!existed) {
       await this.assertNoFileAt(workspaceId, path);
-      for (const ancestor of ancestorsAndSelf(parentOf(path)))
-        await this.assertNoFileAt(workspaceId, ancestor);
       await this.ensureFolders(workspaceId, path);
     }
     const rows = await this.em.execute<FolderRow[]>(
