@@ -13,6 +13,10 @@ beforeAll(async () => {
       CHAT_MODEL_INPUT_PRICE_PER_MTOK: '1',
       CHAT_MODEL_OUTPUT_PRICE_PER_MTOK: '2',
       RATE_LIMIT_CHAT: '3',
+      // A credit hold chunk of 10 output tokens = 20 micros.
+      METERING_CREDIT_CHECK_TOKENS: '10',
+      // A window far longer than the test, so no window boundary falls between its requests.
+      RATE_LIMIT_WINDOW_SECONDS: '100000000',
     },
   });
   metering = ts.server.deps.metering as PgMetering;
@@ -82,7 +86,7 @@ describe('credit debits', () => {
     expect(await metering.balanceMicros(ws.workspaceId)).toBe(1_000_000 - 25 * 1234);
   });
 
-  it('answers 402 INSUFFICIENT_CREDITS up front and mid-generation', async () => {
+  it('answers 402 INSUFFICIENT_CREDITS up front and when a mid-stream top-up fails', async () => {
     const ws = await createTestWorkspace(ts, { creditsUsd: '0.0001' }); // 100 micros
     const empty = await createTestWorkspace(ts);
     const model = ts.server.deps.models.resolve('chat');
@@ -96,29 +100,159 @@ describe('credit debits', () => {
       code: 'INSUFFICIENT_CREDITS',
     });
     expect((err as AppError).status).toBe(402);
+    await expect(
+      metering.startGeneration({
+        ...base,
+        workspaceId: empty.workspaceId,
+        insufficientMessage: 'Insufficient credits',
+      }),
+    ).rejects.toMatchObject({ status: 402, message: 'Insufficient credits' });
 
-    const meter = await metering.startGeneration({
-      ...base,
-      workspaceId: ws.workspaceId,
-      apiKeyId: ws.keyId,
-    });
+    // Hold up front: 20 input tokens (20 micros) + one chunk of 10 output tokens (20 micros).
+    const meter = await metering.startGeneration(
+      { ...base, workspaceId: ws.workspaceId, apiKeyId: ws.keyId },
+      { inputTokens: 20 },
+    );
+    expect(await metering.balanceMicros(ws.workspaceId)).toBe(60);
     meter.addUsage({ inputTokens: 20, outputTokens: 0, estimated: false });
-    // 2 micros per output token: 40 tokens (160 chars) cost 80 + 20 = 100, still covered.
-    let due = false;
-    for (let i = 0; i < 160; i++) due = meter.addStreamedChars(1) || due;
-    await meter.check();
-    for (let i = 0; i < 40; i++) meter.addStreamedChars(1);
-    await expect(meter.check()).rejects.toMatchObject({ status: 402 });
-    const done = await meter.finish('error');
-    expect(done).toEqual({ costMicros: 120, short: true });
+    const stream = async (tokens: number) => {
+      let due = false;
+      for (let i = 0; i < tokens * 4; i++) due = meter.addStreamedChars(1) || due;
+      expect(due).toBe(true);
+      await meter.check();
+    };
+    await stream(10); // cost 40, hold topped up to 60
+    expect(await metering.balanceMicros(ws.workspaceId)).toBe(40);
+    await stream(20); // cost 80, hold topped up to 100
     expect(await metering.balanceMicros(ws.workspaceId)).toBe(0);
+    await expect(stream(10)).rejects.toMatchObject({ status: 402, code: 'INSUFFICIENT_CREDITS' });
+    // The caller ends the stream; what it streamed meanwhile (2 tokens) exceeds the hold.
+    for (let i = 0; i < 8; i++) meter.addStreamedChars(1);
+    const done = await meter.finish('error');
+    expect(done).toEqual({ costMicros: 104, short: true });
+    expect(await meter.finish('error')).toEqual({ costMicros: 0, short: false });
+    expect(await metering.balanceMicros(ws.workspaceId)).toBe(0);
+    const ledger = await sql<{ amount_micros: string; kind: string }>(
+      "select amount_micros, kind from credit_ledger where workspace_id = ? and kind <> 'grant' order by created_at, balance_after_micros desc",
+      [ws.workspaceId],
+    );
+    expect(ledger.map((l) => [l.kind, Number(l.amount_micros)])).toEqual([
+      ['debit', -40],
+      ['debit', -20],
+      ['debit', -40],
+      ['debit', 0],
+    ]);
     const [rec] = await sql<Record<string, unknown>>('select * from usage_records where workspace_id = ?', [
       ws.workspaceId,
     ]);
     expect(rec).toMatchObject({ meter: 'credits', provider_status: 'error', model: 'm', endpoint: '/test' });
     expect(Number(rec?.input_tokens)).toBe(20);
-    expect(Number(rec?.output_tokens)).toBe(50);
-    expect(Number(rec?.cost_micros)).toBe(120);
+    expect(Number(rec?.output_tokens)).toBe(42);
+    expect(Number(rec?.cost_micros)).toBe(104);
+  });
+
+  it('refunds the unused part of the hold on a short generation, once', async () => {
+    const ws = await createTestWorkspace(ts, { creditsUsd: '0.001' }); // 1000 micros
+    const model = ts.server.deps.models.resolve('chat');
+    const meter = await metering.startGeneration(
+      { workspaceId: ws.workspaceId, endpoint: '/test', requestId: 'req_r', meter: 'credits', model },
+      { inputTokens: 100 },
+    );
+    expect(meter.heldMicros).toBe(120);
+    expect(await metering.balanceMicros(ws.workspaceId)).toBe(880);
+    meter.addUsage({ inputTokens: 100, outputTokens: 5, estimated: false });
+    expect(await meter.finish('success')).toEqual({ costMicros: 110, short: false });
+    expect(await meter.finish('success')).toEqual({ costMicros: 0, short: false });
+    expect(await metering.balanceMicros(ws.workspaceId)).toBe(890);
+    const ledger = await sql<{
+      amount_micros: string;
+      balance_after_micros: string;
+      kind: string;
+      ref: string;
+    }>(
+      "select amount_micros, balance_after_micros, kind, ref from credit_ledger where workspace_id = ? and kind <> 'grant' order by created_at, kind",
+      [ws.workspaceId],
+    );
+    expect(
+      ledger.map((l) => [l.kind, Number(l.amount_micros), Number(l.balance_after_micros), l.ref]),
+    ).toEqual([
+      ['debit', -120, 880, 'req_r'],
+      ['refund', 10, 890, 'req_r'],
+    ]);
+  });
+
+  it('admits only what the balance can hold under 20 concurrent generations, and never overdraws', async () => {
+    // Each generation: 10 input tokens + 25 output tokens = 60 micros; 180 micros cover 3.
+    // The up-front hold is 10 + one 10-token chunk = 30 micros, so 6 are admitted.
+    const ws = await createTestWorkspace(ts, { creditsUsd: '0.00018' });
+    const model = ts.server.deps.models.resolve('chat');
+    const started = await Promise.allSettled(
+      Array.from({ length: 20 }, (_, i) =>
+        metering.startGeneration(
+          { workspaceId: ws.workspaceId, endpoint: '/test', requestId: `gen_${i}`, meter: 'credits', model },
+          { inputTokens: 10 },
+        ),
+      ),
+    );
+    const meters = started.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []));
+    const refused = started.flatMap((r) => (r.status === 'rejected' ? [r.reason as AppError] : []));
+    expect(meters).toHaveLength(6);
+    expect(refused.every((e) => e.status === 402 && e.code === 'INSUFFICIENT_CREDITS')).toBe(true);
+    expect(await metering.balanceMicros(ws.workspaceId)).toBe(0);
+
+    // The admitted ones stream concurrently, one token at a time, checking when due.
+    const outcomes = await Promise.all(
+      meters.map(async (meter) => {
+        meter.addUsage({ inputTokens: 10, outputTokens: 0, estimated: false });
+        let status: 'success' | 'error' = 'success';
+        try {
+          for (let t = 0; t < 25; t++) if (meter.addStreamedChars(4)) await meter.check();
+        } catch (e) {
+          expect(e).toMatchObject({ status: 402 });
+          status = 'error';
+        } finally {
+          await meter.finish(status);
+        }
+        return status;
+      }),
+    );
+    // Every generation ran within its hold: none short, none overdrew.
+    const balance = await metering.balanceMicros(ws.workspaceId);
+    expect(balance).toBeGreaterThanOrEqual(0);
+    const recs = await sql<{ request_id: string; cost_micros: string; provider_status: string }>(
+      'select request_id, cost_micros, provider_status from usage_records where workspace_id = ?',
+      [ws.workspaceId],
+    );
+    expect(recs).toHaveLength(6);
+    expect(recs.filter((r) => r.provider_status === 'success')).toHaveLength(
+      outcomes.filter((o) => o === 'success').length,
+    );
+    const used = recs.reduce((s, r) => s + Number(r.cost_micros), 0);
+    expect(used + balance).toBe(180);
+    const ledger = await sql<{
+      amount_micros: string;
+      balance_after_micros: string;
+      kind: string;
+      ref: string;
+    }>(
+      "select amount_micros, balance_after_micros, kind, ref from credit_ledger where workspace_id = ? and kind <> 'grant'",
+      [ws.workspaceId],
+    );
+    const debits = ledger.filter((l) => l.kind === 'debit').reduce((s, l) => s - Number(l.amount_micros), 0);
+    const refunds = ledger
+      .filter((l) => l.kind === 'refund')
+      .reduce((s, l) => s + Number(l.amount_micros), 0);
+    expect(debits - refunds).toBe(used);
+    expect(Math.min(...ledger.map((l) => Number(l.balance_after_micros)))).toBeGreaterThanOrEqual(0);
+    // Per generation, its ledger lines net to its recorded cost.
+    for (const r of recs) {
+      const net = ledger
+        .filter((l) => l.ref === r.request_id)
+        .reduce((s, l) => s - Number(l.amount_micros), 0);
+      expect(net).toBe(Number(r.cost_micros));
+    }
+    // Refused generations left no ledger line and no record.
+    expect(new Set(ledger.map((l) => l.ref)).size).toBe(6);
   });
 });
 
@@ -190,7 +324,10 @@ describe('token quota and usage records', () => {
 describe('rate limits', () => {
   it('allows the configured number per window, then 429 with Retry-After and RateLimit headers, across processes', async () => {
     const ws = await createTestWorkspace(ts);
-    const second = await startTestServer({ db: ts.db, env: { RATE_LIMIT_CHAT: '3' } });
+    const second = await startTestServer({
+      db: ts.db,
+      env: { RATE_LIMIT_CHAT: '3', RATE_LIMIT_WINDOW_SECONDS: '100000000' },
+    });
     try {
       const other = second.server.deps.metering;
       const h1 = await metering.rateLimit(ws.workspaceId, 'chat');

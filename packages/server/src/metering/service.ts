@@ -77,9 +77,13 @@ const RATE_LIMIT_UPSERT = `insert into rate_limit_windows as r (key, window_star
 const lineCost = (quantity: number, unitPriceMicros: number) => Math.ceil(quantity * unitPriceMicros - 1e-9);
 
 /**
- * One metered generation: accumulates tokens (and images), re-checks the credit balance every
- * `creditCheckEveryTokens` output tokens while a long generation streams, then debits once and
- * writes one usage record at the end.
+ * One metered generation. For the `credits` meter it works on a prepaid hold: `startGeneration`
+ * takes the known input cost plus one chunk of output (`creditCheckEveryTokens` tokens) off the
+ * balance in one conditional statement, `check()` tops the hold up by the next chunk the same
+ * way while a long generation streams (402 when the balance cannot cover it), and `finish()`
+ * settles: refunds what was held and not used, or debits the rest (clamped, reported `short`),
+ * then writes one usage record. A generation that is never finished (process crash) keeps its
+ * hold: the money stays taken, and the ledger shows the hold lines without a settlement.
  */
 export class GenerationMeter implements GenerationMeterContract {
   inputTokens = 0;
@@ -95,7 +99,14 @@ export class GenerationMeter implements GenerationMeterContract {
   constructor(
     private readonly metering: PgMetering,
     readonly input: GenerationInput,
+    /** Micro-dollars taken off the balance so far and not yet settled (credits meter). */
+    private held = 0,
   ) {}
+
+  /** What this generation holds (taken off the balance, not yet settled), in micro-dollars. */
+  get heldMicros(): number {
+    return this.held;
+  }
 
   /** Adds the usage one model call reported (or estimated). */
   addUsage(usage: LlmUsage): void {
@@ -128,20 +139,29 @@ export class GenerationMeter implements GenerationMeterContract {
       .costMicros;
   }
 
-  /** 402 when the balance cannot cover what this generation has cost so far. */
+  /**
+   * Mid-stream credit check (credits meter): makes sure the hold covers the cost so far plus
+   * the next chunk of output, topping it up with one conditional statement when it does not
+   * (no round trip when it already does). 402 when the balance cannot cover the top-up.
+   */
   async check(): Promise<void> {
     this.lastCheckTokens = this.currentOutputTokens();
-    if (this.input.meter !== 'credits') return;
-    await this.metering.assertCredits(
-      this.input.workspaceId,
-      Math.max(1, this.costMicros()),
-      this.input.insufficientMessage,
-    );
+    if (this.input.meter !== 'credits' || this.finished) return;
+    const need = this.costMicros() + this.metering.chunkMicros(this.input.model);
+    if (need <= this.held) return;
+    const topUp = need - this.held;
+    const ok = await this.metering.hold(this.input.workspaceId, topUp, {
+      reason: this.input.endpoint,
+      ref: this.input.requestId,
+    });
+    if (!ok) throw insufficientCredits(this.input.insufficientMessage);
+    this.held += topUp;
   }
 
   /**
-   * Debits the cost once (credits meter) and writes the usage record. Idempotent: a second
-   * call does nothing. Returns the cost and whether the balance fell short of it.
+   * Settles once (credits meter): refunds the unused part of the hold, or debits what the cost
+   * exceeds it by (clamped to the balance and reported `short`), then writes the usage record.
+   * Idempotent: a second call does nothing. Returns the cost and whether the balance fell short.
    */
   async finish(
     providerStatus: UsageRecordInput['providerStatus'],
@@ -156,12 +176,15 @@ export class GenerationMeter implements GenerationMeterContract {
       this.images,
     );
     let short = false;
-    if (this.input.meter === 'credits' && costMicros > 0) {
-      const d = await this.metering.debit(this.input.workspaceId, costMicros, {
-        reason: this.input.endpoint,
-        ref: this.input.requestId,
-      });
-      short = d.short;
+    if (this.input.meter === 'credits') {
+      const ref = { reason: this.input.endpoint, ref: this.input.requestId };
+      if (costMicros < this.held) {
+        await this.metering.refund(this.input.workspaceId, this.held - costMicros, ref);
+      } else if (costMicros > this.held) {
+        const d = await this.metering.debit(this.input.workspaceId, costMicros - this.held, ref);
+        short = d.short;
+      }
+      this.held = 0;
     }
     const { insufficientMessage: _m, model, ...rest } = this.input;
     await this.metering.record({
@@ -270,6 +293,60 @@ export class PgMetering implements Metering {
     const row = rows[0];
     if (!row) throw new AppError(404, 'Workspace not found');
     return { balanceMicros: Number(row.after), short: Number(row.took) < micros };
+  }
+
+  /**
+   * Takes `micros` off the balance only if the balance covers it: ONE conditional statement
+   * (UPDATE … WHERE credit_balance_micros >= $hold, plus its ledger line `debit`). Concurrent
+   * holds serialise on the row lock and each re-reads the balance the previous one left, so
+   * the sum of granted holds never exceeds the balance. False when it does not cover it;
+   * 404 when the workspace does not exist.
+   */
+  async hold(workspaceId: string, micros: number, ref: { reason: string; ref?: string }): Promise<boolean> {
+    if (!Number.isSafeInteger(micros) || micros <= 0) throw new Error(`Invalid hold amount ${micros}`);
+    const rows = await this.em().execute<{ after: string }[]>(
+      `with upd as (
+         update workspaces set credit_balance_micros = credit_balance_micros - ?::bigint, updated_at = now()
+         where id = ? and credit_balance_micros >= ?::bigint
+         returning id, credit_balance_micros as after
+       ), led as (
+         insert into credit_ledger (id, workspace_id, amount_micros, balance_after_micros, kind, reason, ref)
+         select gen_random_uuid(), upd.id, -?::bigint, upd.after, 'debit', ?, ? from upd
+       )
+       select after from upd`,
+      [micros, workspaceId, micros, micros, ref.reason, ref.ref ?? null],
+    );
+    if (rows[0]) return true;
+    await this.balanceMicros(workspaceId); // 404 when the workspace does not exist
+    return false;
+  }
+
+  /** Gives `micros` back (one statement, ledger line `refund`); returns the new balance. */
+  async refund(
+    workspaceId: string,
+    micros: number,
+    ref: { reason: string; ref?: string },
+  ): Promise<{ balanceMicros: number }> {
+    if (!Number.isSafeInteger(micros) || micros <= 0) throw new Error(`Invalid refund amount ${micros}`);
+    const rows = await this.em().execute<{ after: string }[]>(
+      `with upd as (
+         update workspaces set credit_balance_micros = credit_balance_micros + ?::bigint, updated_at = now()
+         where id = ?
+         returning id, credit_balance_micros as after
+       ), led as (
+         insert into credit_ledger (id, workspace_id, amount_micros, balance_after_micros, kind, reason, ref)
+         select gen_random_uuid(), upd.id, ?::bigint, upd.after, 'refund', ?, ? from upd
+       )
+       select after from upd`,
+      [micros, workspaceId, micros, ref.reason, ref.ref ?? null],
+    );
+    if (!rows[0]) throw new AppError(404, 'Workspace not found');
+    return { balanceMicros: Number(rows[0].after) };
+  }
+
+  /** Price of one chunk of output (`creditCheckEveryTokens` tokens), at least 1 µ$. */
+  chunkMicros(model: ModelInfo): number {
+    return Math.max(1, lineCost(this.settings.creditCheckEveryTokens, model.outputPricePerMTok));
   }
 
   price(
@@ -446,18 +523,24 @@ export class PgMetering implements Metering {
   // ---- generations ---------------------------------------------------------------------------
 
   /**
-   * Starts a metered generation for a credit-metered capability: 402 up front when the balance
-   * is empty (or below `minimumMicros`), then a `GenerationMeter` to feed and finish.
+   * Starts a metered generation. Credits meter: takes the hold (the known input cost, from
+   * `inputTokens`, plus one chunk of output; at least `minimumMicros` and 1 µ$) in one
+   * conditional statement, 402 with the caller's message when the balance cannot cover it.
+   * Tokens meter: 403 when the quota is spent. Then a `GenerationMeter` to feed and finish
+   * (always `finish` in `finally`: an unfinished generation keeps its hold).
    */
   async startGeneration(
     input: GenerationInput,
-    opts: { minimumMicros?: number } = {},
+    opts: { minimumMicros?: number; inputTokens?: number } = {},
   ): Promise<GenerationMeter> {
-    if (input.meter === 'credits') {
-      await this.assertCredits(input.workspaceId, opts.minimumMicros, input.insufficientMessage);
-    } else {
+    if (input.meter !== 'credits') {
       await this.assertTokenQuota(input.workspaceId);
+      return new GenerationMeter(this, input);
     }
-    return new GenerationMeter(this, input);
+    const inputCost = lineCost(Math.max(0, opts.inputTokens ?? 0), input.model.inputPricePerMTok);
+    const held = Math.max(1, opts.minimumMicros ?? 0, inputCost + this.chunkMicros(input.model));
+    const ok = await this.hold(input.workspaceId, held, { reason: input.endpoint, ref: input.requestId });
+    if (!ok) throw insufficientCredits(input.insufficientMessage);
+    return new GenerationMeter(this, input, held);
   }
 }

@@ -84,11 +84,16 @@ export interface Metering {
     workspaceId: string,
   ): Promise<{ quota: number | null; used: number; cycleStart: Date; resetsAt: Date }>;
   /**
-   * Starts one metered generation: checks up front (402 `INSUFFICIENT_CREDITS` for the
-   * `credits` meter, 403 `Token limit exceeded` for `tokens`), then accumulates usage,
-   * re-checks credits mid-stream and debits once + records usage on `finish`.
+   * Starts one metered generation. `credits` meter: atomically takes a prepaid hold (input
+   * cost from `opts.inputTokens`, if known, plus one chunk of `METERING_CREDIT_CHECK_TOKENS`
+   * output tokens; at least `opts.minimumMicros` and 1 µ$), 402 `INSUFFICIENT_CREDITS` when
+   * the balance cannot cover it. `tokens` meter: 403 `Token limit exceeded`. Then accumulates
+   * usage, tops the hold up mid-stream (`check`) and settles + records usage on `finish`.
    */
-  startGeneration(input: GenerationInput, opts?: { minimumMicros?: number }): Promise<GenerationMeter>;
+  startGeneration(
+    input: GenerationInput,
+    opts?: { minimumMicros?: number; inputTokens?: number },
+  ): Promise<GenerationMeter>;
 }
 
 export type GenerationInput = Omit<
@@ -106,7 +111,11 @@ export type GenerationInput = Omit<
  *   const meter = await deps.metering.startGeneration({ workspaceId, endpoint, model, requestId, meter: 'credits' });
  *   for each text delta: if (meter.addStreamedChars(text.length)) await meter.check(); // 402 mid-stream
  *   after each model call: meter.addUsage(usage);
- *   at the end (also on error/abort): await meter.finish('success' | 'error' | 'aborted');
+ *   at the end, in `finally` (also on error/abort): await meter.finish('success' | 'error' | 'aborted');
+ *
+ * Credits meter: `startGeneration` holds the input cost plus one chunk of output, `check()`
+ * tops the hold up by the next chunk (402 when the balance cannot cover it) and `finish()`
+ * refunds the unused hold or debits the rest. A meter never finished keeps its hold.
  */
 export interface GenerationMeter {
   readonly inputTokens: number;
@@ -116,9 +125,12 @@ export interface GenerationMeter {
   addImages(n?: number): void;
   /** Notes streamed output characters; true when a credit re-check is due. */
   addStreamedChars(chars: number): boolean;
-  /** 402 when the balance cannot cover what this generation has cost so far. */
+  /** Tops the credit hold up to the cost so far plus the next chunk; 402 when the balance cannot. */
   check(): Promise<void>;
   costMicros(): number;
-  /** Debits once (credits meter) and writes the usage record; idempotent. */
+  /**
+   * Settles the hold once (credits meter: refund the unused part, or debit the rest, clamped
+   * and reported `short`) and writes the usage record; idempotent.
+   */
   finish(providerStatus: UsageRecordInput['providerStatus']): Promise<{ costMicros: number; short: boolean }>;
 }
