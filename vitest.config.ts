@@ -37,6 +37,8 @@ export default defineConfig({
         test: {
           name: 'examples',
           root: './examples',
+          // Examples run against the SDK source (the published package resolves to its build).
+          alias: { '@ai-suite/sdk': new URL('./packages/sdk/src/index.ts', import.meta.url).pathname },
           include: ['**/*.test.ts'],
           exclude: ['**/node_modules/**'],
           globalSetup: ['../packages/server/src/test/global-setup.ts'],

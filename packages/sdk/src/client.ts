@@ -6,9 +6,12 @@ import {
   APIError,
   APIUserAbortError,
 } from './core/errors.js';
+import { Agents } from './resources/agents.js';
 import { Apps } from './resources/apps.js';
 import { Catalogs } from './resources/catalogs.js';
 import { Chat } from './resources/chat.js';
+import { Runs } from './resources/runs.js';
+import { Sessions } from './resources/sessions.js';
 import { Storage } from './resources/storage.js';
 import type { Me } from './resources/types.js';
 import { WidgetTokens } from './resources/widget-tokens.js';
@@ -90,6 +93,9 @@ export class AiSuite {
   readonly storage: Storage;
   readonly apps: Apps;
   readonly widgetTokens: WidgetTokens;
+  readonly runs: Runs;
+  readonly agents: Agents;
+  readonly sessions: Sessions;
 
   constructor(opts: ClientOptions = {}) {
     this.apiKey = opts.apiKey ?? (opts.widgetToken ? undefined : env('AI_SUITE_API_KEY'));
@@ -104,6 +110,9 @@ export class AiSuite {
     this.storage = new Storage(this);
     this.apps = new Apps(this);
     this.widgetTokens = new WidgetTokens(this);
+    this.runs = new Runs(this);
+    this.agents = new Agents(this);
+    this.sessions = new Sessions(this);
   }
 
   /** The workspace and key behind the credentials (`GET /me`), fetched once and cached. */

@@ -3,7 +3,29 @@ export { APIPromise } from './core/api-promise.js';
 export * from './core/errors.js';
 export { readServerSentEvents, readTextChunks, type ServerSentEvent } from './core/sse.js';
 export type { components, paths } from './generated/openapi.js';
+export {
+  type AgentEvent,
+  type AgentEventOf,
+  type AgentEventType,
+  AgentRunError,
+  AgentTurnStream,
+  type ToolHandler,
+  type ToolHandlerContext,
+  type ToolHandlers,
+} from './lib/agent-stream.js';
 export { AppChatStream, AppChatStreamError } from './lib/app-chat-stream.js';
+export type { CreateAgentParams, UpdateAgentParams } from './resources/agents.js';
 export { Chat, ChatStream, type ChatStreamOptions, type ChatStreamParams } from './resources/chat.js';
+export {
+  isTerminalRunStatus,
+  type PollOptions,
+  pollDelay,
+  type RunArtifactHandle,
+  type RunCreateParams,
+  RunPollTimeoutError,
+  Runs,
+  TERMINAL_RUN_STATUSES,
+} from './resources/runs.js';
+export type { SendMessageOptions } from './resources/sessions.js';
 export type { ImportFile, ImportParams, StorageFileType, Uploadable } from './resources/storage.js';
 export type * from './resources/types.js';

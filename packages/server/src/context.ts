@@ -4,6 +4,7 @@ import type { Config } from './config.js';
 import type { Database } from './db/orm.js';
 import type { Metering } from './metering/types.js';
 import type { LlmProvider, ModelCatalog } from './providers/llm.js';
+import type { RunEngine } from './runs/engine.js';
 import type { ObjectStore } from './storage/object-store.js';
 
 /**
@@ -16,6 +17,8 @@ export interface ServerDeps {
   log: Logger;
   /** A fresh entity manager for one unit of work (request, job, stream). */
   em(): EntityManager;
+  /** The durable run engine (agent turns, autonomous runs). */
+  runs: RunEngine;
   /** Configured models (MODELS_FILE or OPENAI_* / CHAT_MODEL env). */
   models: ModelCatalog;
   /** Calls OpenAI-compatible models. */

@@ -1,5 +1,7 @@
+import { agentsRouter } from './domains/agents/router.js';
 import { appsRouter } from './domains/apps/router.js';
 import { catalogsRouter } from './domains/catalogs/router.js';
+import { runsRouter } from './domains/runs/router.js';
 import { storageRouter } from './domains/storage/router.js';
 import { widgetTokensRouter } from './domains/widget-tokens/router.js';
 import { workspacesRouter } from './domains/workspaces/router.js';
@@ -9,9 +11,11 @@ import { router } from './trpc.js';
 export const appRouter = router({
   workspaces: workspacesRouter,
   catalogs: catalogsRouter,
+  agents: agentsRouter,
   storage: storageRouter,
   apps: appsRouter,
   widgetTokens: widgetTokensRouter,
+  runs: runsRouter,
 });
 
 export type AppRouter = typeof appRouter;

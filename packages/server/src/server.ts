@@ -9,9 +9,12 @@ import { type Config, loadConfig } from './config.js';
 import type { ServerDeps } from './context.js';
 import type { EmbeddedPostgres } from './db/embedded.js';
 import { type Database, openDatabase } from './db/orm.js';
+import { registerAgentRuntime } from './domains/agents/runtime.js';
+import { registerAutonomousRuns } from './domains/runs/runtime.js';
 import { runHeadlessInit } from './domains/workspaces/init.js';
 import { createLogger } from './logger.js';
 import { createAiDeps } from './providers/setup.js';
+import { createRunEngine } from './runs/index.js';
 import { createObjectStore } from './storage/index.js';
 
 export interface CreateServerOptions {
@@ -76,7 +79,11 @@ export async function createServer(opts: CreateServerOptions = {}): Promise<AiSu
   // Signed links of the embedded store point at PUBLIC_BASE_URL, else at the listening address.
   let listeningUrl = `http://127.0.0.1:${config.port}`;
   const objects = createObjectStore(config, () => config.publicBaseUrl ?? listeningUrl);
-  const deps: ServerDeps = { config, db, log, em, ...ai, objects };
+  const runs = createRunEngine({ config, log, em });
+  const deps: ServerDeps = { config, db, log, em, ...ai, objects, runs };
+  registerAgentRuntime(deps);
+  const autonomous = registerAutonomousRuns(deps);
+  await runs.start();
   const app = createApp(deps);
   let server: http.Server | undefined;
   let closing: Promise<void> | undefined;
@@ -109,6 +116,8 @@ export async function createServer(opts: CreateServerOptions = {}): Promise<AiSu
           await done;
           clearTimeout(timer);
         }
+        await autonomous.stop();
+        await runs.stop();
         await db.close();
       })();
       return closing;

@@ -1,4 +1,5 @@
 export * from './fake-openai.js';
+export * from './fake-search.js';
 export {
   buildTarball,
   type FakeGitHost,
@@ -7,3 +8,5 @@ export {
   type RecordedRequest as GitHostRecordedRequest,
   startFakeGitHost,
 } from './githost.js';
+export * from './http-fixture.js';
+export * from './mcp-server.js';

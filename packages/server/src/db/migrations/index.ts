@@ -2,7 +2,10 @@ import type { MigrationObject } from '@mikro-orm/core';
 import { Migration20261121000000_foundation } from './Migration20261121000000_foundation.js';
 import { Migration20261121010000_metering } from './Migration20261121010000_metering.js';
 import { Migration20261121020000_storage } from './Migration20261121020000_storage.js';
+import { Migration20261121040001_run_engine } from './Migration20261121040001_run_engine.js';
+import { Migration20261121040002_agents } from './Migration20261121040002_agents.js';
 import { Migration20261121050000_apps } from './Migration20261121050000_apps.js';
+import { Migration20261121060001_autonomous_runs } from './Migration20261121060001_autonomous_runs.js';
 
 /**
  * Every migration, in order. Listed explicitly (not globbed) so the bundled server and the
@@ -12,5 +15,8 @@ export const migrationsList: MigrationObject[] = [
   { name: 'Migration20261121000000_foundation', class: Migration20261121000000_foundation },
   { name: 'Migration20261121010000_metering', class: Migration20261121010000_metering },
   { name: 'Migration20261121020000_storage', class: Migration20261121020000_storage },
+  { name: 'Migration20261121040001_run_engine', class: Migration20261121040001_run_engine },
+  { name: 'Migration20261121040002_agents', class: Migration20261121040002_agents },
   { name: 'Migration20261121050000_apps', class: Migration20261121050000_apps },
+  { name: 'Migration20261121060001_autonomous_runs', class: Migration20261121060001_autonomous_runs },
 ];

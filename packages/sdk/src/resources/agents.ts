@@ -1,0 +1,70 @@
+import type { AiSuite } from '../client.js';
+import type { APIPromise } from '../core/api-promise.js';
+import type {
+  AgentConfigInput,
+  AgentCreated,
+  AgentDetail,
+  AgentListItem,
+  AgentToolBinding,
+  IntegrationBinding,
+} from './types.js';
+
+type Opts = { signal?: AbortSignal };
+
+export interface CreateAgentParams {
+  name: string;
+  businessUseCase?: string;
+  description?: string;
+  /** System prompt. */
+  prompt?: string;
+  /** Partial config, deep-merged over the platform defaults. */
+  config?: AgentConfigInput;
+  llm?: { componentId: string };
+}
+
+export interface UpdateAgentParams {
+  name?: string;
+  description?: string;
+  businessUseCase?: string;
+  prompt?: string;
+  isPublic?: boolean;
+  /** Deep-merged over the stored config. */
+  config?: AgentConfigInput;
+  /** Replaces the whole list. */
+  tools?: AgentToolBinding[];
+  integrationBindings?: IntegrationBinding[];
+}
+
+/** Managed agents (`/managed-agents/agents`). */
+export class Agents {
+  constructor(private readonly client: AiSuite) {}
+
+  list(opts: Opts = {}): APIPromise<{ agents: AgentListItem[] }> {
+    return this.client.request({ method: 'GET', path: '/managed-agents/agents', ...opts });
+  }
+
+  create(body: CreateAgentParams, opts: Opts = {}): APIPromise<{ agent: AgentCreated }> {
+    return this.client.request({ method: 'POST', path: '/managed-agents/agents', body, ...opts });
+  }
+
+  /** `NotFoundError` (`Agent not found`) when it does not exist in the workspace. */
+  retrieve(agentId: string, opts: Opts = {}): APIPromise<{ agent: AgentDetail }> {
+    return this.client.request({ method: 'GET', path: `/managed-agents/agents/${enc(agentId)}`, ...opts });
+  }
+
+  /** Only the fields sent change; `config` is deep-merged; `tools` replaces the list. */
+  update(agentId: string, body: UpdateAgentParams, opts: Opts = {}): APIPromise<{ agent: AgentDetail }> {
+    return this.client.request({
+      method: 'PATCH',
+      path: `/managed-agents/agents/${enc(agentId)}`,
+      body,
+      ...opts,
+    });
+  }
+
+  delete(agentId: string, opts: Opts = {}): APIPromise<{ deleted: true }> {
+    return this.client.request({ method: 'DELETE', path: `/managed-agents/agents/${enc(agentId)}`, ...opts });
+  }
+}
+
+export const enc = encodeURIComponent;

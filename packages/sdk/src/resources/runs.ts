@@ -1,0 +1,162 @@
+import type { AiSuite } from '../client.js';
+import type { APIPromise } from '../core/api-promise.js';
+import { AiSuiteError, APIUserAbortError } from '../core/errors.js';
+import type { Run, RunArtifact, RunCreated, RunDetail, RunMetadata } from './types.js';
+
+export interface RunCreateParams {
+  /** What the agent should do. */
+  task: string;
+  /** Run in an existing session of the agent; a new `deliverable_job` session otherwise. */
+  sessionId?: string;
+  /** Origin fields; `messageId` is the idempotency key (same key, same agent → same run). */
+  metadata?: RunMetadata;
+  /** Signed completion webhook, POSTed once when the run ends (docs/runs.md). */
+  webhookUrl?: string;
+}
+
+export interface PollOptions {
+  signal?: AbortSignal;
+  /** Wait used when the server sends no hint (ms, default 2000). */
+  intervalMs?: number;
+  /** Give up (throw `RunPollTimeoutError`) after this long (ms, default: never). */
+  timeoutMs?: number;
+  /** Called with every fetched state, terminal included. */
+  onUpdate?: (detail: RunDetail) => void;
+}
+
+interface Opts {
+  signal?: AbortSignal;
+}
+
+export const TERMINAL_RUN_STATUSES = ['completed', 'failed', 'cancelled'] as const;
+export const isTerminalRunStatus = (s: string) => (TERMINAL_RUN_STATUSES as readonly string[]).includes(s);
+
+/** `poll` gave up before the run ended. */
+export class RunPollTimeoutError extends AiSuiteError {
+  constructor(
+    readonly runId: string,
+    readonly last: RunDetail | undefined,
+  ) {
+    super(`Run ${runId} did not finish in time (last status: ${last?.run.status ?? 'unknown'})`);
+    this.name = 'RunPollTimeoutError';
+  }
+}
+
+/** An artifact of a run with its download. */
+export interface RunArtifactHandle extends RunArtifact {
+  /** The content as a `Response` (`.text()`, `.arrayBuffer()`, `.body` stream). */
+  download(opts?: Opts): Promise<Response>;
+  /** The whole content in memory. */
+  bytes(opts?: Opts): Promise<Uint8Array>;
+}
+
+/**
+ * When to poll again (ms): the server's `X-Poll-After-Ms`, else `Retry-After` (seconds),
+ * else `fallback`.
+ */
+export function pollDelay(headers: Headers, fallback: number): number {
+  const ms = Number(headers.get('x-poll-after-ms'));
+  if (headers.get('x-poll-after-ms') !== null && Number.isFinite(ms) && ms >= 0) return ms;
+  const ra = headers.get('retry-after');
+  if (ra !== null) {
+    const s = Number(ra);
+    if (Number.isFinite(s) && s >= 0) return s * 1000;
+    const at = Date.parse(ra);
+    if (Number.isFinite(at)) return Math.max(0, at - Date.now());
+  }
+  return fallback;
+}
+
+const sleep = (ms: number, signal?: AbortSignal) =>
+  new Promise<void>((resolve, reject) => {
+    if (signal?.aborted) return reject(new APIUserAbortError());
+    const onAbort = () => {
+      clearTimeout(t);
+      reject(new APIUserAbortError());
+    };
+    const t = setTimeout(() => {
+      signal?.removeEventListener('abort', onAbort);
+      resolve();
+    }, ms);
+    signal?.addEventListener('abort', onAbort, { once: true });
+  });
+
+/**
+ * Autonomous runs of an agent (`/managed-agents/agents/{agentId}/runs`, docs/runs.md):
+ * start one, follow it by polling (honouring the server's hint), and download its artifacts.
+ */
+export class Runs {
+  constructor(private readonly client: AiSuite) {}
+
+  private base(agentId: string) {
+    return `/managed-agents/agents/${encodeURIComponent(agentId)}/runs`;
+  }
+
+  /** Starts a run: `{runId, sessionId, created_at}`. Idempotent on `metadata.messageId`. */
+  create(agentId: string, params: RunCreateParams, opts: Opts = {}): APIPromise<RunCreated> {
+    return this.client.request({ method: 'POST', path: this.base(agentId), body: params, ...opts });
+  }
+
+  /** Runs of the agent, newest first (`limit` 1 to 100, default 25). */
+  list(agentId: string, query: { limit?: number } = {}, opts: Opts = {}): APIPromise<{ runs: Run[] }> {
+    return this.client.request({ method: 'GET', path: this.base(agentId), query, ...opts });
+  }
+
+  /** The run with its events and artifacts; `withResponse()` exposes the poll hint headers. */
+  get(agentId: string, runId: string, opts: Opts = {}): APIPromise<RunDetail> {
+    return this.client.request({
+      method: 'GET',
+      path: `${this.base(agentId)}/${encodeURIComponent(runId)}`,
+      ...opts,
+    });
+  }
+
+  /** Polls until the run is `completed`, `failed` or `cancelled`, waiting as the server says. */
+  async poll(agentId: string, runId: string, opts: PollOptions = {}): Promise<RunDetail> {
+    const deadline = opts.timeoutMs === undefined ? Number.POSITIVE_INFINITY : Date.now() + opts.timeoutMs;
+    let last: RunDetail | undefined;
+    for (;;) {
+      const { data, response } = await this.get(agentId, runId, { signal: opts.signal }).withResponse();
+      last = data;
+      opts.onUpdate?.(data);
+      if (isTerminalRunStatus(data.run.status)) return data;
+      const wait = pollDelay(response.headers, opts.intervalMs ?? 2000);
+      if (Date.now() + wait > deadline) throw new RunPollTimeoutError(runId, last);
+      await sleep(wait, opts.signal);
+    }
+  }
+
+  /** `create` then `poll`: resolves with the finished run. */
+  async createAndPoll(agentId: string, params: RunCreateParams, opts: PollOptions = {}): Promise<RunDetail> {
+    const { runId } = await this.create(agentId, params, { signal: opts.signal });
+    return this.poll(agentId, runId, opts);
+  }
+
+  /**
+   * The artifacts of a run, each with `download()` / `bytes()` reading the storage file
+   * (type `deliverable`) behind it.
+   */
+  async artifacts(agentId: string, runId: string, opts: Opts = {}): Promise<RunArtifactHandle[]> {
+    const detail = await this.get(agentId, runId, opts);
+    return detail.artifacts.map((a) => this.handle(a));
+  }
+
+  /** The content of one artifact (from `get`/`poll`) as a `Response`. */
+  async download(artifact: Pick<RunArtifact, 'file_id'>, opts: Opts = {}): Promise<Response> {
+    const ws = await this.client.workspaceId();
+    return this.client.requestRaw({
+      method: 'GET',
+      path: `/workspaces/${encodeURIComponent(ws)}/storage/content`,
+      query: { fileId: artifact.file_id, fileType: 'deliverable' },
+      ...opts,
+    });
+  }
+
+  private handle(a: RunArtifact): RunArtifactHandle {
+    return {
+      ...a,
+      download: (opts) => this.download(a, opts),
+      bytes: async (opts) => new Uint8Array(await (await this.download(a, opts)).arrayBuffer()),
+    };
+  }
+}

@@ -1,0 +1,143 @@
+import type { AiSuite } from '../client.js';
+import type { APIPromise } from '../core/api-promise.js';
+import { AgentTurnStream, type ToolHandlers } from '../lib/agent-stream.js';
+import { enc } from './agents.js';
+import type { AgentSession, SessionTimeline, ToolResultAccepted } from './types.js';
+
+type Opts = { signal?: AbortSignal };
+
+export interface SendMessageOptions {
+  /** Model override for this turn only. */
+  model?: string;
+  /** Handlers of integrator-owned tools, run automatically when the agent asks for them. */
+  tools?: ToolHandlers;
+  /** When a turn is already running: `reject` (409, default), `queue` or `interrupt`. */
+  concurrency?: 'reject' | 'queue' | 'interrupt';
+  /** Aborts the stream (the turn goes on server-side; use `cancel` to stop it). */
+  signal?: AbortSignal;
+  /** Reconnect attempts when the connection drops mid-turn (default 3). */
+  maxReconnects?: number;
+}
+
+/** Sessions of managed agents, their turns and timelines. */
+export class Sessions {
+  constructor(private readonly client: AiSuite) {}
+
+  list(
+    agentId: string,
+    query: { limit?: number; offset?: number } = {},
+    opts: Opts = {},
+  ): APIPromise<{ sessions: AgentSession[]; total: number }> {
+    return this.client.request({
+      method: 'GET',
+      path: `/managed-agents/agents/${enc(agentId)}/sessions`,
+      query,
+      ...opts,
+    });
+  }
+
+  create(
+    agentId: string,
+    body: { metadata?: Record<string, unknown>; end_user_id?: string; title?: string } = {},
+    opts: Opts = {},
+  ): APIPromise<{ session: { id: string; mount: string | null; created_at: string } }> {
+    return this.client.request({
+      method: 'POST',
+      path: `/managed-agents/agents/${enc(agentId)}/sessions`,
+      body,
+      ...opts,
+    });
+  }
+
+  retrieve(sessionId: string, opts: Opts = {}): APIPromise<{ session: AgentSession }> {
+    return this.client.request({
+      method: 'GET',
+      path: `/managed-agents/sessions/${enc(sessionId)}`,
+      ...opts,
+    });
+  }
+
+  delete(sessionId: string, opts: Opts = {}): APIPromise<{ deleted: true }> {
+    return this.client.request({
+      method: 'DELETE',
+      path: `/managed-agents/sessions/${enc(sessionId)}`,
+      ...opts,
+    });
+  }
+
+  /** The timeline: messages and turn runs, ascending by `created_at`. */
+  events(sessionId: string, opts: Opts = {}): APIPromise<SessionTimeline> {
+    return this.client.request({
+      method: 'GET',
+      path: `/managed-agents/sessions/${enc(sessionId)}/events`,
+      ...opts,
+    });
+  }
+
+  /** Answers a pending integrator-owned tool call with `result` or `error`. */
+  submitToolResult(
+    sessionId: string,
+    body: { toolCallId: string; result: unknown } | { toolCallId: string; error: string },
+    opts: Opts = {},
+  ): APIPromise<ToolResultAccepted> {
+    return this.client.request({
+      method: 'POST',
+      path: `/managed-agents/sessions/${enc(sessionId)}/tool-results`,
+      body,
+      ...opts,
+    });
+  }
+
+  /** Cancels a running turn (or autonomous run); `BadRequestError` `Run is <status>` otherwise. */
+  cancel(
+    sessionId: string,
+    runId: string,
+    opts: Opts = {},
+  ): APIPromise<{ runId: string; status: 'cancelled' }> {
+    return this.client.request({
+      method: 'POST',
+      path: `/managed-agents/sessions/${enc(sessionId)}/cancel`,
+      body: { runId },
+      maxRetries: 0,
+      ...opts,
+    });
+  }
+
+  /**
+   * Sends a message and streams the turn. Integrator-owned tools with a handler in
+   * `options.tools` run automatically (a throwing handler reports an `error` result).
+   */
+  send(sessionId: string, message: string, options: SendMessageOptions = {}): AgentTurnStream {
+    const body: Record<string, unknown> = { message };
+    if (options.model) body.model = options.model;
+    if (options.concurrency) body.concurrency = options.concurrency;
+    return new AgentTurnStream(this.client, sessionId, {
+      open: (signal) =>
+        this.client.requestRaw({
+          method: 'POST',
+          path: `/managed-agents/sessions/${enc(sessionId)}/messages`,
+          body,
+          headers: { accept: 'text/event-stream' },
+          signal,
+          maxRetries: 0,
+        }),
+      tools: options.tools,
+      signal: options.signal,
+      maxReconnects: options.maxReconnects,
+    });
+  }
+
+  /** Re-attaches to a turn's stream, replaying the events after `lastEventId`. */
+  stream(
+    sessionId: string,
+    runId: string,
+    options: { lastEventId?: string | number; tools?: ToolHandlers; signal?: AbortSignal } = {},
+  ): AgentTurnStream {
+    return new AgentTurnStream(this.client, sessionId, {
+      runId,
+      lastEventId: options.lastEventId === undefined ? undefined : String(options.lastEventId),
+      tools: options.tools,
+      signal: options.signal,
+    });
+  }
+}

@@ -1,0 +1,238 @@
+import { createHmac } from 'node:crypto';
+import dns from 'node:dns';
+import http from 'node:http';
+import https from 'node:https';
+import net from 'node:net';
+
+/**
+ * Outbound HTTP for tools (web_fetch, callbacks, MCP): refuses loopback, private, link-local,
+ * CGNAT, multicast and cloud-metadata addresses unless the operator allowlist
+ * `OUTBOUND_ALLOWLIST` (comma-separated hosts, IPs or CIDRs) permits them. The check runs on
+ * the address the connection actually uses (custom DNS lookup), so DNS rebinding cannot
+ * slip a private address past it.
+ */
+const BLOCKED = new net.BlockList();
+for (const [net4, prefix] of [
+  ['0.0.0.0', 8],
+  ['10.0.0.0', 8],
+  ['100.64.0.0', 10],
+  ['127.0.0.0', 8],
+  ['169.254.0.0', 16],
+  ['172.16.0.0', 12],
+  ['192.0.0.0', 24],
+  ['192.168.0.0', 16],
+  ['198.18.0.0', 15],
+  ['224.0.0.0', 4],
+  ['240.0.0.0', 4],
+] as const) {
+  BLOCKED.addSubnet(net4, prefix, 'ipv4');
+}
+for (const [net6, prefix] of [
+  ['::', 128],
+  ['::1', 128],
+  ['fc00::', 7],
+  ['fe80::', 10],
+  ['ff00::', 8],
+  ['fd00:ec2::254', 128],
+] as const) {
+  BLOCKED.addSubnet(net6, prefix, 'ipv6');
+}
+
+export class OutboundBlockedError extends Error {
+  override name = 'OutboundBlockedError';
+}
+
+export interface OutboundPolicy {
+  hosts: Set<string>;
+  nets: net.BlockList;
+}
+
+export function parseAllowlist(value: string | undefined): OutboundPolicy {
+  const hosts = new Set<string>();
+  const nets = new net.BlockList();
+  for (const raw of (value ?? '').split(',')) {
+    const item = raw.trim().toLowerCase();
+    if (!item) continue;
+    const [addr, bits] = item.split('/');
+    const family = addr ? net.isIP(addr) : 0;
+    if (addr && family) {
+      const type = family === 4 ? 'ipv4' : 'ipv6';
+      if (bits !== undefined) nets.addSubnet(addr, Number(bits), type);
+      else nets.addAddress(addr, type);
+    } else {
+      hosts.add(item);
+    }
+  }
+  return { hosts, nets };
+}
+
+function mappedV4(address: string): string | undefined {
+  const m = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(address);
+  return m?.[1];
+}
+
+export function isAddressAllowed(address: string, hostname: string, policy: OutboundPolicy): boolean {
+  if (policy.hosts.has(hostname.toLowerCase())) return true;
+  const v4 = mappedV4(address);
+  const addr = v4 ?? address;
+  const type = net.isIP(addr) === 6 ? 'ipv6' : 'ipv4';
+  if (policy.nets.check(addr, type)) return true;
+  return !BLOCKED.check(addr, type);
+}
+
+function guardedLookup(hostname: string, policy: OutboundPolicy): net.LookupFunction {
+  return (host, options, callback) => {
+    dns.lookup(host, { ...options, all: true }, (err, addresses) => {
+      if (err) return callback(err, '', 0);
+      const list = addresses as dns.LookupAddress[];
+      const ok = list.filter((a) => isAddressAllowed(a.address, hostname, policy));
+      if (ok.length === 0 || ok.length !== list.length) {
+        return callback(new OutboundBlockedError(`Blocked address for ${hostname}`), '', 0);
+      }
+      if ((options as { all?: boolean }).all)
+        return (callback as (e: null, a: dns.LookupAddress[]) => void)(null, ok);
+      const first = ok[0] as dns.LookupAddress;
+      callback(null, first.address, first.family);
+    });
+  };
+}
+
+/** Throws OutboundBlockedError when the URL may not be reached (scheme, literal IP, DNS). */
+export async function assertUrlAllowed(url: URL, policy: OutboundPolicy): Promise<void> {
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') {
+    throw new OutboundBlockedError(`Only http and https URLs are allowed`);
+  }
+  const host = url.hostname.replace(/^\[|\]$/g, '');
+  const addresses = net.isIP(host) ? [{ address: host }] : await dns.promises.lookup(host, { all: true });
+  for (const a of addresses) {
+    if (!isAddressAllowed(a.address, host, policy)) {
+      throw new OutboundBlockedError(`Refusing to connect to ${host}: private or reserved address`);
+    }
+  }
+}
+
+export interface OutboundResponse {
+  status: number;
+  headers: http.IncomingHttpHeaders;
+  body: Buffer;
+  truncated: boolean;
+}
+
+/** One guarded HTTP request with a total timeout and a response size cap. */
+export async function outboundRequest(
+  rawUrl: string,
+  opts: {
+    policy: OutboundPolicy;
+    method?: string;
+    headers?: Record<string, string>;
+    body?: string;
+    timeoutMs: number;
+    maxBytes: number;
+    signal?: AbortSignal;
+    maxRedirects?: number;
+  },
+): Promise<OutboundResponse> {
+  let url = new URL(rawUrl);
+  for (let hop = 0; ; hop++) {
+    await assertUrlAllowed(url, opts.policy);
+    const res = await requestOnce(url, opts);
+    const location = res.headers.location;
+    if (res.status >= 300 && res.status < 400 && location && opts.method !== 'POST') {
+      if (hop >= (opts.maxRedirects ?? 5)) throw new Error('Too many redirects');
+      url = new URL(location, url);
+      continue;
+    }
+    return res;
+  }
+}
+
+function requestOnce(url: URL, opts: Parameters<typeof outboundRequest>[1]): Promise<OutboundResponse> {
+  const host = url.hostname.replace(/^\[|\]$/g, '');
+  const lib = url.protocol === 'https:' ? https : http;
+  return new Promise((resolve, reject) => {
+    const req = lib.request(
+      url,
+      {
+        method: opts.method ?? 'GET',
+        headers: { 'user-agent': 'AI-Suite-Agent/1.0', ...opts.headers },
+        lookup: guardedLookup(host, opts.policy),
+        signal: opts.signal,
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        let size = 0;
+        let truncated = false;
+        res.on('data', (c: Buffer) => {
+          if (truncated) return;
+          size += c.length;
+          if (size > opts.maxBytes) {
+            truncated = true;
+            chunks.push(c.subarray(0, c.length - (size - opts.maxBytes)));
+            res.destroy();
+            finish();
+            return;
+          }
+          chunks.push(c);
+        });
+        const finish = () => {
+          clearTimeout(timer);
+          resolve({
+            status: res.statusCode ?? 0,
+            headers: res.headers,
+            body: Buffer.concat(chunks),
+            truncated,
+          });
+        };
+        res.on('end', finish);
+        res.on('error', (err) => (truncated ? undefined : reject(err)));
+      },
+    );
+    const timer = setTimeout(
+      () => req.destroy(new Error(`Timed out after ${opts.timeoutMs} ms`)),
+      opts.timeoutMs,
+    );
+    req.on('error', (err) => {
+      clearTimeout(timer);
+      reject(err);
+    });
+    if (opts.body !== undefined) req.write(opts.body);
+    req.end();
+  });
+}
+
+/**
+ * The signature header of callback requests: `t=<unix seconds>,v1=<hex HMAC-SHA256 of
+ * "<t>.<raw body>">` keyed with the agent's callbackSecret (docs/agents.md).
+ */
+export const SIGNATURE_HEADER = 'x-aisuite-signature';
+
+export function signPayload(secret: string, body: string, timestamp = Math.floor(Date.now() / 1000)): string {
+  const mac = createHmac('sha256', secret).update(`${timestamp}.${body}`).digest('hex');
+  return `t=${timestamp},v1=${mac}`;
+}
+
+/** Readable text of an HTML page: scripts, styles and tags removed, entities decoded. */
+export function htmlToText(html: string): string {
+  const title = /<title[^>]*>([\s\S]*?)<\/title>/i.exec(html)?.[1]?.trim();
+  const body = html
+    .replace(/<(script|style|noscript|template|svg|head)\b[\s\S]*?<\/\1>/gi, ' ')
+    .replace(/<!--[\s\S]*?-->/g, ' ')
+    .replace(/<(br|\/p|\/div|\/h[1-6]|\/li|\/tr|\/section|\/article)\b[^>]*>/gi, '\n')
+    .replace(/<[^>]+>/g, ' ');
+  const decoded = decodeEntities(body)
+    .replace(/[ \t\f\v\u00a0]+/g, ' ')
+    .replace(/ *\n[ \n]*/g, '\n')
+    .trim();
+  return title ? `${decodeEntities(title)}\n\n${decoded}` : decoded;
+}
+
+function decodeEntities(s: string): string {
+  const named: Record<string, string> = { amp: '&', lt: '<', gt: '>', quot: '"', apos: "'", nbsp: ' ' };
+  return s.replace(/&(#x[0-9a-f]+|#\d+|[a-z]+);/gi, (m, e: string) => {
+    if (e[0] === '#') {
+      const code = e[1] === 'x' || e[1] === 'X' ? Number.parseInt(e.slice(2), 16) : Number(e.slice(1));
+      return Number.isFinite(code) && code > 0 && code < 0x110000 ? String.fromCodePoint(code) : m;
+    }
+    return named[e.toLowerCase()] ?? m;
+  });
+}

@@ -1,0 +1,204 @@
+import { z } from 'zod';
+import type { Principal } from '../../auth/principal.js';
+import { keyProcedure, type RequestContext, router } from '../../trpc.js';
+import {
+  AgentCreatedSchema,
+  AgentDetailSchema,
+  AgentListItemSchema,
+  CancelInput,
+  CreateAgentInput,
+  CreateSessionInput,
+  ListSessionsInput,
+  SessionSchema,
+  SessionTimelineSchema,
+  ToolResultInput,
+  ToolResultResponseSchema,
+  UpdateAgentInput,
+} from './schema.js';
+import { type AgentDeps, AgentsService } from './service.js';
+
+const tags = ['Managed agents'];
+const svc = (ctx: RequestContext & { principal: Principal }) =>
+  new AgentsService(ctx.em, ctx.deps as AgentDeps, ctx.principal);
+const AgentId = z.object({ agentId: z.string() });
+const SessionId = z.object({ sessionId: z.string() });
+const Deleted = z.object({ deleted: z.literal(true) });
+
+export const agentsRouter = router({
+  listAgents: keyProcedure
+    .meta({
+      openapi: { method: 'GET', path: '/managed-agents/agents', tags, protect: true, summary: 'List agents' },
+    })
+    .input(z.void())
+    .output(z.object({ agents: z.array(AgentListItemSchema) }))
+    .query(async ({ ctx }) => ({ agents: await svc(ctx).listAgents() })),
+
+  createAgent: keyProcedure
+    .meta({
+      status: 201,
+      openapi: {
+        method: 'POST',
+        path: '/managed-agents/agents',
+        tags,
+        protect: true,
+        summary: 'Create an agent',
+      },
+    })
+    .input(CreateAgentInput)
+    .output(z.object({ agent: AgentCreatedSchema }))
+    .mutation(async ({ ctx, input }) => ({ agent: await svc(ctx).createAgent(input) })),
+
+  getAgent: keyProcedure
+    .meta({
+      openapi: {
+        method: 'GET',
+        path: '/managed-agents/agents/{agentId}',
+        tags,
+        protect: true,
+        summary: 'Get an agent',
+      },
+    })
+    .input(AgentId)
+    .output(z.object({ agent: AgentDetailSchema }))
+    .query(async ({ ctx, input }) => ({ agent: await svc(ctx).getAgent(input.agentId) })),
+
+  updateAgent: keyProcedure
+    .meta({
+      openapi: {
+        method: 'PATCH',
+        path: '/managed-agents/agents/{agentId}',
+        tags,
+        protect: true,
+        summary: 'Update an agent (only sent fields change; config is deep-merged)',
+      },
+    })
+    .input(UpdateAgentInput)
+    .output(z.object({ agent: AgentDetailSchema }))
+    .mutation(async ({ ctx, input }) => {
+      const { agentId, ...patch } = input;
+      return { agent: await svc(ctx).updateAgent(agentId, patch) };
+    }),
+
+  deleteAgent: keyProcedure
+    .meta({
+      openapi: {
+        method: 'DELETE',
+        path: '/managed-agents/agents/{agentId}',
+        tags,
+        protect: true,
+        summary: 'Delete an agent',
+      },
+    })
+    .input(AgentId)
+    .output(Deleted)
+    .mutation(({ ctx, input }) => svc(ctx).deleteAgent(input.agentId)),
+
+  listSessions: keyProcedure
+    .meta({
+      openapi: {
+        method: 'GET',
+        path: '/managed-agents/agents/{agentId}/sessions',
+        tags,
+        protect: true,
+        summary: 'List the sessions of an agent',
+      },
+    })
+    .input(ListSessionsInput)
+    .output(z.object({ sessions: z.array(SessionSchema), total: z.number() }))
+    .query(({ ctx, input }) => svc(ctx).listSessions(input.agentId, input.limit, input.offset)),
+
+  createSession: keyProcedure
+    .meta({
+      status: 201,
+      openapi: {
+        method: 'POST',
+        path: '/managed-agents/agents/{agentId}/sessions',
+        tags,
+        protect: true,
+        summary: 'Create a session (rate limited per workspace)',
+      },
+    })
+    .input(CreateSessionInput)
+    .output(
+      z.object({
+        session: z.object({ id: z.string(), mount: z.string().nullable(), created_at: z.string() }),
+      }),
+    )
+    .mutation(async ({ ctx, input }) => {
+      const { agentId, ...rest } = input;
+      const s = svc(ctx);
+      const session = await s.createSession(agentId, rest);
+      Object.assign(ctx.responseHeaders, s.rateHeaders);
+      return { session };
+    }),
+
+  getSession: keyProcedure
+    .meta({
+      openapi: {
+        method: 'GET',
+        path: '/managed-agents/sessions/{sessionId}',
+        tags,
+        protect: true,
+        summary: 'Get a session',
+      },
+    })
+    .input(SessionId)
+    .output(z.object({ session: SessionSchema }))
+    .query(async ({ ctx, input }) => ({ session: await svc(ctx).requireSession(input.sessionId) })),
+
+  deleteSession: keyProcedure
+    .meta({
+      openapi: {
+        method: 'DELETE',
+        path: '/managed-agents/sessions/{sessionId}',
+        tags,
+        protect: true,
+        summary: 'Delete a session (its running turns are cancelled)',
+      },
+    })
+    .input(SessionId)
+    .output(Deleted)
+    .mutation(({ ctx, input }) => svc(ctx).deleteSession(input.sessionId)),
+
+  sessionEvents: keyProcedure
+    .meta({
+      openapi: {
+        method: 'GET',
+        path: '/managed-agents/sessions/{sessionId}/events',
+        tags,
+        protect: true,
+        summary: 'The session timeline: messages and turn runs, ascending by created_at',
+      },
+    })
+    .input(SessionId)
+    .output(SessionTimelineSchema)
+    .query(({ ctx, input }) => svc(ctx).sessionEvents(input.sessionId)),
+
+  submitToolResult: keyProcedure
+    .meta({
+      openapi: {
+        method: 'POST',
+        path: '/managed-agents/sessions/{sessionId}/tool-results',
+        tags,
+        protect: true,
+        summary: 'Post the result (or error) of a pending integrator-owned tool call; the turn resumes',
+      },
+    })
+    .input(ToolResultInput)
+    .output(ToolResultResponseSchema)
+    .mutation(({ ctx, input }) => svc(ctx).submitToolResult(input)),
+
+  cancelRun: keyProcedure
+    .meta({
+      openapi: {
+        method: 'POST',
+        path: '/managed-agents/sessions/{sessionId}/cancel',
+        tags,
+        protect: true,
+        summary: 'Cancel a running turn run or autonomous run of the session',
+      },
+    })
+    .input(CancelInput)
+    .output(z.object({ runId: z.string(), status: z.literal('cancelled') }))
+    .mutation(({ ctx, input }) => svc(ctx).cancelRun(input.sessionId, input.runId)),
+});

@@ -1,0 +1,136 @@
+import express, { type Request, type Response, type Router } from 'express';
+import { z } from 'zod';
+import type { ServerDeps } from '../../context.js';
+import { AppError, ErrorBodySchema, sendError, toAppError } from '../../http/errors.js';
+import type { RawRouteModule } from '../../http/raw-routes.js';
+import { SseWriter } from '../../http/sse.js';
+import type { RunRecord } from '../../runs/index.js';
+import { authenticateApiKey } from '../../trpc.js';
+import { SendMessageInput } from './schema.js';
+import { type AgentDeps, AgentsService } from './service.js';
+
+const heartbeatMs = (deps: ServerDeps) => {
+  const n = Number(deps.config.env.AGENT_STREAM_HEARTBEAT_MS ?? 15_000);
+  return Number.isFinite(n) && n > 0 ? n : 15_000;
+};
+
+/** Writes a run's log as SSE: `id:` is the event's sequence, `event:` its type. */
+async function pipeRun(deps: ServerDeps, req: Request, res: Response, run: RunRecord, afterSeq: number) {
+  const sse = new SseWriter(res, { heartbeatMs: heartbeatMs(deps) });
+  const stop = new AbortController();
+  res.on('close', () => stop.abort());
+  try {
+    for await (const ev of deps.runs.stream(run.id, afterSeq, stop.signal)) {
+      sse.sendJson({ ...ev.payload, type: ev.type }, ev.seq);
+    }
+    sse.end();
+  } catch (err) {
+    deps.log.error({ err, runId: run.id }, 'agent stream failed');
+    const e = toAppError(err);
+    sse.sendJson({ type: 'error', code: e.code ?? 'STREAM_ERROR', message: e.message });
+    sse.abort();
+  }
+  void req;
+}
+
+const handle =
+  (deps: ServerDeps, fn: (req: Request, res: Response, svc: AgentsService) => Promise<void>) =>
+  async (req: Request, res: Response) => {
+    try {
+      const em = deps.em();
+      const principal = await authenticateApiKey(req, em);
+      await fn(req, res, new AgentsService(em, deps as AgentDeps, principal));
+    } catch (err) {
+      const e = toAppError(err);
+      if (e.status >= 500) deps.log.error({ err }, 'request failed');
+      sendError(res, e);
+    }
+  };
+
+export const agentRoutes: RawRouteModule = {
+  name: 'agents',
+  mount(router: Router, deps: ServerDeps) {
+    const json = express.json({ limit: '1mb' });
+    router.post(
+      '/managed-agents/sessions/:sessionId/messages',
+      json,
+      handle(deps, async (req, res, svc) => {
+        if (!req.is('application/json')) throw new AppError(400, 'Invalid request body');
+        const parsed = SendMessageInput.safeParse(req.body ?? {});
+        if (!parsed.success) throw toAppError(parsed.error);
+        const run = await svc.startTurn(String(req.params.sessionId), parsed.data, {
+          requestId: req.requestId ?? '',
+        });
+        for (const [k, v] of Object.entries(svc.rateHeaders)) res.setHeader(k, v);
+        await pipeRun(deps, req, res, run, 0);
+      }),
+    );
+    router.get(
+      '/managed-agents/sessions/:sessionId/runs/:runId/stream',
+      handle(deps, async (req, res, svc) => {
+        const run = await svc.requireSessionRun(String(req.params.sessionId), String(req.params.runId));
+        const raw = req.header('last-event-id') ?? (req.query.after as string | undefined) ?? '0';
+        const after = /^\d+$/.test(raw) ? Number(raw) : 0;
+        await pipeRun(deps, req, res, run, after);
+      }),
+    );
+  },
+  openapi: {
+    '/managed-agents/sessions/{sessionId}/messages': {
+      post: {
+        tags: ['Managed agents'],
+        summary: 'Send a message: streams the turn as server-sent JSON events (docs/agents.md)',
+        operationId: 'agents-sendMessage',
+        security: [{ Authorization: [] }],
+        requestParams: { path: z.object({ sessionId: z.string() }) },
+        requestBody: { required: true, content: { 'application/json': { schema: SendMessageInput } } },
+        responses: {
+          '200': {
+            description:
+              'text/event-stream; every message has `id:` (its sequence in the run log) and `event:` equal to `data.type`',
+            content: { 'text/event-stream': { schema: z.string() } },
+          },
+          '400': {
+            description: 'message is required',
+            content: { 'application/json': { schema: ErrorBodySchema } },
+          },
+          '402': {
+            description: 'Insufficient credits',
+            content: { 'application/json': { schema: ErrorBodySchema } },
+          },
+          '409': {
+            description: 'A turn is already running (concurrency `reject`)',
+            content: { 'application/json': { schema: ErrorBodySchema } },
+          },
+          '429': {
+            description: 'Rate limit exceeded',
+            content: { 'application/json': { schema: ErrorBodySchema } },
+          },
+        },
+      },
+    },
+    '/managed-agents/sessions/{sessionId}/runs/{runId}/stream': {
+      get: {
+        tags: ['Managed agents'],
+        summary: 'Reconnect to a turn stream: replays events after `Last-Event-ID`, then tails',
+        operationId: 'agents-streamRun',
+        security: [{ Authorization: [] }],
+        requestParams: {
+          path: z.object({ sessionId: z.string(), runId: z.string() }),
+          header: z.object({ 'last-event-id': z.string().optional() }),
+          query: z.object({ after: z.string().optional() }),
+        },
+        responses: {
+          '200': {
+            description: 'text/event-stream',
+            content: { 'text/event-stream': { schema: z.string() } },
+          },
+          '404': {
+            description: 'Run not found',
+            content: { 'application/json': { schema: ErrorBodySchema } },
+          },
+        },
+      },
+    },
+  },
+};

@@ -1,0 +1,379 @@
+import { randomBytes, randomUUID } from 'node:crypto';
+import type { EntityManager } from '@mikro-orm/postgresql';
+import type { ServerDeps } from '../../context.js';
+import { AppError } from '../../http/errors.js';
+import type { Metering } from '../../metering/types.js';
+import type {
+  LlmMessage,
+  LlmProvider,
+  ModelCatalog,
+  ModelInfo,
+  ToolCall,
+  ToolDefinition,
+} from '../../providers/llm.js';
+import { webSearchProvidersFromEnv } from '../../providers/web-search.js';
+import type { RunExecution, RunExecutor, RunKind, RunOutcome } from '../../runs/index.js';
+import { RunGoneError, runStore } from '../../runs/index.js';
+import { effectiveConfig } from './config.js';
+import { parseAllowlist } from './outbound.js';
+import type { AgentConfig } from './schema.js';
+import type { AgentRow } from './service.js';
+import { type AgentTool, buildToolset, memoryNotes, type ToolContext, type ToolEnv } from './tools.js';
+
+/** What a turn needs beyond ServerDeps: the model provider and metering. */
+export type RuntimeDeps = ServerDeps & { llm?: LlmProvider; models?: ModelCatalog; metering?: Metering };
+
+interface TurnState {
+  messages: LlmMessage[];
+  iterations: number;
+  /** Execution time used so far (ms): the wall-clock cap counts working time, not waits. */
+  elapsedMs: number;
+  /** Integrator-owned calls this turn is waiting on: our id → the model's call id. */
+  pending: { id: string; modelCallId: string; name: string }[];
+}
+
+const MESSAGES_ENDPOINT = '/managed-agents/sessions/{sessionId}/messages';
+const INSUFFICIENT = 'Insufficient credits. Please purchase additional credits to continue.';
+const num = (v: string | undefined, d: number) => (v && Number.isFinite(Number(v)) ? Number(v) : d);
+
+type Row = Record<string, unknown>;
+
+/**
+ * The assist-mode turn: call the model with the agent's tools, stream text deltas, run the
+ * tools the service owns, pause on the ones the integrator owns, until the model answers,
+ * `maxIterations`, `maxWallClockMs`, cancellation, or a failure.
+ */
+/** How another run kind reuses the agent loop (autonomous runs: src/domains/runs). */
+export interface AgentLoopOptions {
+  kind?: RunKind;
+  /** Endpoint recorded on usage records. */
+  endpoint?: string;
+  /** Tools added to the agent's toolset for this run kind (e.g. `deliverable_write`). */
+  extraTools?: (ctx: ToolContext, exec: RunExecution) => AgentTool[];
+}
+
+export class TurnExecutor implements RunExecutor {
+  readonly kind: RunKind;
+  private readonly toolEnv: ToolEnv;
+  private readonly toolDeadlineMs: number;
+
+  constructor(
+    private readonly deps: RuntimeDeps,
+    private readonly loop: AgentLoopOptions = {},
+  ) {
+    this.kind = loop.kind ?? 'turn';
+    const env = deps.config.env;
+    this.toolEnv = {
+      em: deps.em,
+      log: deps.log,
+      policy: parseAllowlist(env.OUTBOUND_ALLOWLIST),
+      searchProviders: webSearchProvidersFromEnv(env),
+      signingSecret: deps.config.signingSecret as string,
+      callbackTimeoutMs: num(env.AGENT_CALLBACK_TIMEOUT_MS, 30_000),
+      fetchMaxBytes: num(env.WEB_FETCH_MAX_BYTES, 2_000_000),
+      fetchTimeoutMs: num(env.WEB_FETCH_TIMEOUT_MS, 15_000),
+    };
+    this.toolDeadlineMs = num(env.AGENT_TOOL_CALL_DEADLINE_MS, 600_000);
+  }
+
+  async execute(exec: RunExecution): Promise<RunOutcome> {
+    const { run } = exec;
+    const em = exec.em();
+    const agent = await loadAgent(em, run.appId as string, run.workspaceId);
+    if (!agent) return { status: 'failed', error: 'Agent not found' };
+    const config = effectiveConfig(agent.config);
+    const { llm, models } = this.deps;
+    let model: ModelInfo;
+    try {
+      if (!llm || !models) throw new AppError(503, 'No AI model configured');
+      model = models.resolve('chat', (run.input.model as string | null) ?? agent.modelId);
+    } catch (err) {
+      return this.fail(exec, err);
+    }
+    const ctx: ToolContext = {
+      agent,
+      config,
+      workspaceId: run.workspaceId,
+      sessionId: run.sessionId,
+      runId: run.id,
+    };
+    const state = (run.state as TurnState | null) ?? (await this.initialState(em, agent, config, ctx, run));
+
+    // Resume: answer the model's calls with what the integrator (or the deadline) gave.
+    if (state.pending.length > 0) {
+      const calls = new Map((await runStore.toolCallsOfRun(em, run.id)).map((c) => [c.id, c]));
+      for (const p of state.pending) {
+        const c = calls.get(p.id);
+        const content =
+          c?.status === 'completed'
+            ? JSON.stringify(c.result ?? null)
+            : JSON.stringify({ error: c?.error ?? 'Tool call failed' });
+        state.messages.push({ role: 'tool', toolCallId: p.modelCallId, content });
+        await this.saveMessage(em, run, 'tool', content, { toolCallId: p.id, name: p.name });
+      }
+      state.pending = [];
+    }
+
+    const startedAt = Date.now();
+    const budgetMs = config.compute.maxWallClockMs - state.elapsedMs;
+    const wallClock = AbortSignal.timeout(Math.max(1, budgetMs));
+    const signal = AbortSignal.any([exec.signal, wallClock]);
+    const toolset = await buildToolset(this.toolEnv, ctx, signal).catch((err) => {
+      if (signal.aborted) return null;
+      throw err;
+    });
+    try {
+      if (!toolset) return this.wallClockOrAbort(exec, wallClock, config);
+      for (const t of this.loop.extraTools?.(ctx, exec) ?? []) toolset.tools.set(t.definition.name, t);
+      const defs = [...toolset.tools.values()].map((t) => t.definition);
+      while (state.iterations < config.compute.maxIterations) {
+        state.iterations++;
+        let reply: { text: string; toolCalls: ToolCall[] };
+        try {
+          reply = await this.callModel(exec, model, state.messages, defs, signal);
+        } catch (err) {
+          if (err instanceof RunGoneError) throw err;
+          if (wallClock.aborted && !exec.signal.aborted) {
+            return this.wallClockOrAbort(exec, wallClock, config);
+          }
+          if (exec.signal.aborted) throw err;
+          return this.fail(exec, err);
+        }
+        if (reply.text) {
+          const messageId = await this.saveMessage(em, run, 'assistant', reply.text, {});
+          await exec.emit('message.completed', { runId: run.id, messageId, content: reply.text });
+        }
+        if (reply.toolCalls.length === 0) {
+          return { status: 'completed', payload: {} };
+        }
+        state.messages.push({ role: 'assistant', content: reply.text || null, toolCalls: reply.toolCalls });
+        for (const call of reply.toolCalls) {
+          await this.handleToolCall(exec, em, state, toolset.tools.get(call.name), call, signal);
+        }
+        state.elapsedMs += Date.now() - startedAt;
+        await exec.checkpoint(state as unknown as Record<string, unknown>);
+        if (state.pending.length > 0) return { status: 'waiting' };
+        if (wallClock.aborted && !exec.signal.aborted) return this.wallClockOrAbort(exec, wallClock, config);
+      }
+      const error = `maxIterations reached (${config.compute.maxIterations})`;
+      await exec.emit('error', { code: 'MAX_ITERATIONS', message: error });
+      return { status: 'failed', error };
+    } finally {
+      await toolset?.close();
+    }
+  }
+
+  private async initialState(
+    em: EntityManager,
+    agent: AgentRow,
+    config: AgentConfig,
+    ctx: ToolContext,
+    run: RunExecution['run'],
+  ): Promise<TurnState> {
+    const messages: LlmMessage[] = [];
+    let system = agent.prompt ?? '';
+    if (config.capabilities.memory.enabled) {
+      const notes = await memoryNotes(em, ctx);
+      if (notes.length > 0) system += `\n\nLong-term memory notes:\n${notes.map((n) => `- ${n}`).join('\n')}`;
+    }
+    if (system.trim()) messages.push({ role: 'system', content: system.trim() });
+    if (config.capabilities.memory.enabled && run.sessionId) {
+      const history = await em.execute<Row[]>(
+        `select role, content from session_messages
+         where session_id = ? and (run_id is null or run_id <> ?) and role in ('user', 'assistant')
+         order by created_at, id`,
+        [run.sessionId, run.id],
+      );
+      for (const h of history.slice(-50)) {
+        messages.push({ role: h.role as 'user' | 'assistant', content: h.content as string });
+      }
+    }
+    messages.push({ role: 'user', content: String(run.input.message ?? '') });
+    return { messages, iterations: 0, elapsedMs: 0, pending: [] };
+  }
+
+  /**
+   * One model call: streams deltas as events; the generation meter re-checks credits as
+   * text streams (402 mid-stream) and debits + records usage once, even when aborted.
+   */
+  private async callModel(
+    exec: RunExecution,
+    model: ModelInfo,
+    messages: LlmMessage[],
+    tools: ToolDefinition[],
+    signal: AbortSignal,
+  ): Promise<{ text: string; toolCalls: ToolCall[] }> {
+    const { run } = exec;
+    const llm = this.deps.llm as LlmProvider;
+    const meter = await this.deps.metering?.startGeneration({
+      workspaceId: run.workspaceId,
+      apiKeyId: (run.input.apiKeyId as string | null) ?? null,
+      appId: run.appId,
+      sessionId: run.sessionId,
+      runId: run.id,
+      requestId: String(run.input.requestId || run.id),
+      endpoint: this.loop.endpoint ?? MESSAGES_ENDPOINT,
+      model,
+      meter: 'credits',
+      insufficientMessage: INSUFFICIENT,
+    });
+    let text = '';
+    const toolCalls: ToolCall[] = [];
+    try {
+      const stream = llm.stream({ model, messages, tools: tools.length > 0 ? tools : undefined, signal });
+      for await (const part of stream) {
+        if (part.type === 'text' && part.text) {
+          text += part.text;
+          await exec.emit('message.delta', { runId: run.id, content: part.text });
+          if (meter?.addStreamedChars(part.text.length)) await meter.check();
+        } else if (part.type === 'tool_call') {
+          toolCalls.push(part.call);
+        } else if (part.type === 'usage') {
+          meter?.addUsage(part.usage);
+        }
+      }
+      await meter?.finish('success');
+      return { text, toolCalls };
+    } catch (err) {
+      await meter
+        ?.finish(signal.aborted || err instanceof RunGoneError ? 'aborted' : 'error')
+        .catch((e) => this.deps.log.error({ err: e, runId: run.id }, 'recording agent usage failed'));
+      throw err;
+    }
+  }
+
+  private async handleToolCall(
+    exec: RunExecution,
+    em: EntityManager,
+    state: TurnState,
+    tool: AgentTool | undefined,
+    call: ToolCall,
+    signal: AbortSignal,
+  ): Promise<void> {
+    const { run } = exec;
+    let args: Record<string, unknown> = {};
+    let badArgs: string | undefined;
+    try {
+      const parsed = call.arguments ? JSON.parse(call.arguments) : {};
+      if (parsed && typeof parsed === 'object' && !Array.isArray(parsed)) args = parsed;
+      else badArgs = 'Tool arguments must be a JSON object';
+    } catch {
+      badArgs = 'Tool arguments are not valid JSON';
+    }
+    if (tool?.owner === 'integrator' && !badArgs) {
+      const tc = await this.deps.runs.createToolCall(em, {
+        runId: run.id,
+        workspaceId: run.workspaceId,
+        sessionId: run.sessionId,
+        modelCallId: call.id,
+        name: call.name,
+        arguments: args,
+        deadlineMs: this.toolDeadlineMs,
+      });
+      state.pending.push({ id: tc.id, modelCallId: call.id, name: call.name });
+      await exec.emit('tool_call.pending', {
+        runId: run.id,
+        toolCallId: tc.id,
+        name: call.name,
+        arguments: args,
+        deadline: tc.deadlineAt.toISOString(),
+      });
+      return;
+    }
+    const toolCallId = `call_${randomBytes(12).toString('hex')}`;
+    await exec.emit('tool_call.started', { runId: run.id, toolCallId, name: call.name, arguments: args });
+    let outcome: { result: unknown } | { error: string };
+    if (!tool?.run) outcome = { error: `Unknown tool: ${call.name}` };
+    else if (badArgs) outcome = { error: badArgs };
+    else {
+      try {
+        outcome = { result: await tool.run(args, signal) };
+      } catch (err) {
+        if (exec.signal.aborted) throw err;
+        outcome = { error: err instanceof Error ? err.message : String(err) };
+      }
+    }
+    const body = 'result' in outcome ? { result: outcome.result } : { error: outcome.error };
+    await exec.emit('tool_call.completed', {
+      runId: run.id,
+      toolCallId,
+      name: call.name,
+      status: 'result' in outcome ? 'completed' : 'error',
+      ...body,
+    });
+    const content = JSON.stringify('result' in outcome ? (outcome.result ?? null) : { error: outcome.error });
+    state.messages.push({ role: 'tool', toolCallId: call.id, content });
+    await this.saveMessage(em, run, 'tool', content, { toolCallId, name: call.name });
+  }
+
+  private async saveMessage(
+    em: EntityManager,
+    run: RunExecution['run'],
+    role: 'assistant' | 'tool',
+    content: string,
+    metadata: Record<string, unknown>,
+  ): Promise<string> {
+    const id = randomUUID();
+    if (!run.sessionId) return id;
+    await em.execute(
+      `insert into session_messages (id, workspace_id, session_id, run_id, role, content, metadata)
+       values (?, ?, ?, ?, ?, ?, ?::jsonb)`,
+      [id, run.workspaceId, run.sessionId, run.id, role, content, JSON.stringify(metadata)],
+    );
+    await em.execute('update agent_sessions set last_message_at = now() where id = ?', [run.sessionId]);
+    return id;
+  }
+
+  private async fail(exec: RunExecution, err: unknown): Promise<RunOutcome> {
+    const e =
+      err instanceof AppError
+        ? err
+        : new AppError(502, `AI model error: ${err instanceof Error ? err.message : err}`);
+    const code =
+      e.code ??
+      (e.status === 503 ? 'MODEL_UNAVAILABLE' : e.status === 402 ? 'INSUFFICIENT_CREDITS' : 'MODEL_ERROR');
+    await exec.emit('error', { code, message: e.message });
+    return { status: 'failed', error: e.message };
+  }
+
+  private async wallClockOrAbort(
+    exec: RunExecution,
+    wallClock: AbortSignal,
+    config: AgentConfig,
+  ): Promise<RunOutcome> {
+    if (exec.signal.aborted || !wallClock.aborted) throw new Error('aborted');
+    const error = `maxWallClockMs exceeded (${config.compute.maxWallClockMs} ms)`;
+    await exec.emit('error', { code: 'MAX_WALL_CLOCK', message: error });
+    return { status: 'failed', error };
+  }
+}
+
+async function loadAgent(em: EntityManager, appId: string, workspaceId: string): Promise<AgentRow | null> {
+  const rows = await em.execute<Row[]>(
+    `select * from apps where id = ? and workspace_id = ? and app_type = 'agent'`,
+    [appId, workspaceId],
+  );
+  const r = rows[0];
+  if (!r) return null;
+  const json = <T>(v: unknown): T => v as T;
+  return {
+    id: r.id as string,
+    workspaceId: r.workspace_id as string,
+    name: r.name as string,
+    description: (r.description as string) ?? null,
+    businessUseCase: (r.business_use_case as string) ?? null,
+    prompt: (r.system_prompt as string) ?? null,
+    modelId: (r.model_id as string) ?? null,
+    config: json(r.config) ?? {},
+    status: r.status as 'active' | 'draft',
+    isPublic: Boolean(r.is_public),
+    tools: json(r.tool_bindings) ?? [],
+    integrationBindings: json(r.integration_bindings) ?? [],
+    createdAt: String(r.created_at),
+    updatedAt: String(r.updated_at),
+  };
+}
+
+export function registerAgentRuntime(deps: ServerDeps): void {
+  deps.runs.register(new TurnExecutor(deps as RuntimeDeps));
+}

@@ -1,0 +1,258 @@
+import { z } from 'zod';
+
+const JsonObject = z.record(z.string(), z.unknown());
+/** OpenAI-compatible function names; also what we accept for tool names everywhere. */
+const ToolName = z
+  .string()
+  .regex(/^[a-zA-Z0-9_.-]{1,64}$/, 'tool names are 1 to 64 letters, digits, "_", "." or "-"');
+
+export const WEB_PROVIDERS = ['brave', 'tavily', 'both'] as const;
+
+export const McpServerSchema = z
+  .object({
+    name: z
+      .string()
+      .regex(/^[a-zA-Z0-9_-]{1,32}$/, 'mcp server names are 1 to 32 letters, digits, "_" or "-"'),
+    url: z.url(),
+    headers: z.record(z.string(), z.string()).optional(),
+    allowedTools: z.array(z.string()).optional(),
+  })
+  .meta({ id: 'McpServerConfig' });
+
+export const CustomToolSchema = z
+  .object({
+    name: ToolName,
+    description: z.string().max(2000).optional(),
+    inputSchema: JsonObject.optional(),
+    callbackUrl: z.url().optional(),
+  })
+  .meta({ id: 'CustomTool' });
+
+/** A partial agent config as callers send it; deep-merged over the defaults. */
+export const AgentConfigInputSchema = z
+  .looseObject({
+    platformVersion: z.literal(2).optional(),
+    kind: z.literal('agent').optional(),
+    runtimeMode: z.enum(['assist', 'autonomous']).optional(),
+    capabilities: z
+      .looseObject({
+        memory: z
+          .looseObject({ enabled: z.boolean().optional(), scope: z.enum(['agent', 'workspace']).optional() })
+          .optional(),
+        deliverables: z.looseObject({ enabled: z.boolean().optional() }).optional(),
+        tools: z
+          .looseObject({
+            web_search: z.boolean().optional(),
+            web_fetch: z.boolean().optional(),
+            web_provider: z.enum(WEB_PROVIDERS).optional(),
+          })
+          .optional(),
+        mcp_servers: z.array(McpServerSchema).max(10).optional(),
+      })
+      .optional(),
+    compute: z
+      .looseObject({
+        maxIterations: z.number().int().min(1).max(100).optional(),
+        maxWallClockMs: z.number().int().min(1000).max(3_600_000).optional(),
+      })
+      .optional(),
+    toolAllowlist: z.array(z.string()).nullable().optional(),
+    customTools: z.array(CustomToolSchema).max(64).optional(),
+  })
+  .meta({ id: 'AgentConfigInput' });
+
+export type AgentConfigInput = z.infer<typeof AgentConfigInputSchema>;
+
+export interface AgentConfig {
+  platformVersion: number;
+  kind: 'agent';
+  runtimeMode: 'assist' | 'autonomous';
+  capabilities: {
+    memory: { enabled: boolean; scope: 'agent' | 'workspace' };
+    deliverables: { enabled: boolean };
+    tools: { web_search: boolean; web_fetch: boolean; web_provider: (typeof WEB_PROVIDERS)[number] };
+    mcp_servers: z.infer<typeof McpServerSchema>[];
+  };
+  compute: { maxIterations: number; maxWallClockMs: number };
+  toolAllowlist?: string[] | null;
+  customTools: z.infer<typeof CustomToolSchema>[];
+  [key: string]: unknown;
+}
+
+export const AgentToolBindingSchema = z
+  .object({
+    toolId: z.string({ error: 'toolId is required' }).min(1, 'toolId is required'),
+    enabled: z.boolean().default(true),
+  })
+  .meta({ id: 'AgentToolBinding', description: 'Binds a platform tool or an integration-pack tool by id.' });
+
+export const IntegrationBindingSchema = z
+  .object({
+    packId: z.string({ error: 'packId is required' }).min(1, 'packId is required'),
+    workspaceIntegrationId: z
+      .string({ error: 'workspaceIntegrationId is required' })
+      .min(1, 'workspaceIntegrationId is required'),
+    enabledSkillIds: z.array(z.string()).optional(),
+    enabled: z.boolean().default(true),
+  })
+  .meta({ id: 'IntegrationBinding' });
+
+export const CreateAgentInput = z.object({
+  name: z.string({ error: 'name is required' }).trim().min(1, 'name is required').max(200),
+  businessUseCase: z.string().max(2000).optional(),
+  description: z.string().max(4000).optional(),
+  prompt: z.string().max(100_000).optional(),
+  config: AgentConfigInputSchema.optional(),
+  llm: z.object({ componentId: z.string().min(1) }).optional(),
+});
+
+export const UpdateAgentInput = z.object({
+  agentId: z.string(),
+  name: z.string().trim().min(1, 'name is required').max(200).optional(),
+  description: z.string().max(4000).optional(),
+  businessUseCase: z.string().max(2000).optional(),
+  prompt: z.string().max(100_000).optional(),
+  isPublic: z.boolean().optional(),
+  config: AgentConfigInputSchema.optional(),
+  tools: z.array(AgentToolBindingSchema).max(100).optional(),
+  integrationBindings: z.array(IntegrationBindingSchema).max(50).optional(),
+});
+
+export const AgentListItemSchema = z
+  .object({
+    id: z.string(),
+    name: z.string(),
+    description: z.string().nullable(),
+    businessUseCase: z.string().nullable(),
+    appType: z.literal('agent'),
+    isPublic: z.boolean(),
+    status: z.enum(['active', 'draft']),
+    createdAt: z.string(),
+    updatedAt: z.string(),
+  })
+  .meta({ id: 'AgentListItem' });
+
+export const AgentCreatedSchema = z
+  .object({ id: z.string(), name: z.string(), appType: z.literal('agent'), createdAt: z.string() })
+  .meta({ id: 'AgentCreated' });
+
+export const AgentDetailSchema = z
+  .object({
+    id: z.string(),
+    name: z.string(),
+    description: z.string().nullable(),
+    businessUseCase: z.string().nullable(),
+    prompt: z.string().nullable(),
+    mode: z.enum(['assist', 'autonomous']),
+    modelId: z.string(),
+    status: z.enum(['active', 'draft']),
+    isPublic: z.boolean(),
+    config: JsonObject,
+    tools: z.array(AgentToolBindingSchema),
+    integrationBindings: z.array(IntegrationBindingSchema),
+    /** HMAC key of this agent's customTools callbacks (docs/agents.md). */
+    callbackSecret: z.string(),
+    createdAt: z.string(),
+    updatedAt: z.string(),
+  })
+  .meta({ id: 'AgentDetail' });
+
+export const SessionSchema = z
+  .object({
+    id: z.string(),
+    title: z.string().nullable(),
+    mount: z.string().nullable(),
+    app_id: z.string(),
+    last_message_at: z.string().nullable(),
+    created_at: z.string(),
+    context: z.object({
+      app_id: z.string(),
+      origin: z.object({ source: z.string() }),
+      kind: z.enum(['chat', 'deliverable_job']),
+      end_user_id: z.string().nullable(),
+    }),
+    metadata: JsonObject,
+  })
+  .meta({ id: 'AgentSession' });
+
+export const CreateSessionInput = z.object({
+  agentId: z.string(),
+  metadata: JsonObject.optional(),
+  end_user_id: z.string().max(256).optional(),
+  title: z.string().max(500).optional(),
+});
+
+export const ListSessionsInput = z.object({
+  agentId: z.string(),
+  limit: z.coerce
+    .number({ error: 'limit must be a number between 1 and 100' })
+    .int('limit must be a number between 1 and 100')
+    .min(1, 'limit must be a number between 1 and 100')
+    .max(100, 'limit must be a number between 1 and 100')
+    .default(25),
+  offset: z.coerce
+    .number({ error: 'offset must be a non-negative number' })
+    .int('offset must be a non-negative number')
+    .min(0, 'offset must be a non-negative number')
+    .default(0),
+});
+
+export const MessageEventSchema = z
+  .object({
+    type: z.literal('message'),
+    id: z.string(),
+    role: z.enum(['user', 'assistant', 'tool']),
+    content: z.string(),
+    metadata: JsonObject,
+    created_at: z.string(),
+  })
+  .meta({ id: 'SessionMessageEvent' });
+
+export const TurnRunEventSchema = z
+  .object({
+    type: z.literal('turn_run'),
+    id: z.string(),
+    status: z.string(),
+    created_at: z.string(),
+    completed_at: z.string().nullable(),
+    error_message: z.string().nullable(),
+  })
+  .meta({ id: 'SessionTurnRunEvent' });
+
+export const SessionTimelineSchema = z
+  .object({ events: z.array(z.union([MessageEventSchema, TurnRunEventSchema])) })
+  .meta({ id: 'SessionTimeline' });
+
+export const ToolResultInput = z
+  .object({
+    sessionId: z.string(),
+    toolCallId: z.string({ error: 'toolCallId is required' }).min(1, 'toolCallId is required'),
+    result: z.unknown().optional(),
+    error: z.string().max(10_000).optional(),
+  })
+  .refine((v) => (v.result !== undefined) !== (v.error !== undefined), {
+    message: 'Provide either result or error, not both',
+  });
+
+export const ToolResultResponseSchema = z
+  .object({
+    accepted: z.boolean(),
+    sessionId: z.string(),
+    toolCallId: z.string(),
+    status: z.enum(['completed', 'failed', 'expired']),
+  })
+  .meta({ id: 'ToolResultAccepted' });
+
+export const CancelInput = z.object({
+  sessionId: z.string(),
+  runId: z.string({ error: 'runId is required' }).min(1, 'runId is required'),
+});
+
+export const CONCURRENCY_POLICIES = ['reject', 'queue', 'interrupt'] as const;
+
+export const SendMessageInput = z.object({
+  message: z.string({ error: 'message is required' }).trim().min(1, 'message is required').max(100_000),
+  model: z.string().min(1).max(200).optional(),
+  /** What to do when a turn is already running in the session (docs/agents.md). */
+  concurrency: z.enum(CONCURRENCY_POLICIES).default('reject'),
+});

@@ -1,0 +1,473 @@
+import { randomUUID } from 'node:crypto';
+import type { EntityManager } from '@mikro-orm/postgresql';
+import type { Principal } from '../../auth/principal.js';
+import type { ServerDeps } from '../../context.js';
+import { AppError, badRequest, conflict, forbidden, notFound } from '../../http/errors.js';
+import type { Metering } from '../../metering/types.js';
+import type { ModelCatalog } from '../../providers/llm.js';
+import { type RunRecord, runStore } from '../../runs/index.js';
+import { catalogService } from '../catalogs/service.js';
+import { callbackSecret, deepMerge, effectiveConfig, isUuid } from './config.js';
+import type { AgentConfigInput, CONCURRENCY_POLICIES } from './schema.js';
+
+type Row = Record<string, unknown>;
+const iso = (v: unknown) => (v == null ? null : (v instanceof Date ? v : new Date(String(v))).toISOString());
+const json = <T>(v: unknown): T => v as T;
+
+/** Model provider and metering, wired by the metering work; optional until they are. */
+export type AgentDeps = ServerDeps & {
+  models?: ModelCatalog;
+  metering?: Metering;
+};
+
+export const AGENT_NOT_FOUND = 'Agent not found';
+export const SESSION_NOT_FOUND = 'Session not found';
+
+export interface ToolBinding {
+  toolId: string;
+  enabled: boolean;
+}
+export interface IntegrationBinding {
+  packId: string;
+  workspaceIntegrationId: string;
+  enabledSkillIds?: string[];
+  enabled: boolean;
+}
+
+export interface AgentRow {
+  id: string;
+  workspaceId: string;
+  name: string;
+  description: string | null;
+  businessUseCase: string | null;
+  prompt: string | null;
+  modelId: string | null;
+  config: Record<string, unknown>;
+  status: 'active' | 'draft';
+  isPublic: boolean;
+  tools: ToolBinding[];
+  integrationBindings: IntegrationBinding[];
+  createdAt: string;
+  updatedAt: string;
+}
+
+const toAgent = (r: Row): AgentRow => ({
+  id: r.id as string,
+  workspaceId: r.workspace_id as string,
+  name: r.name as string,
+  description: (r.description as string) ?? null,
+  businessUseCase: (r.business_use_case as string) ?? null,
+  prompt: (r.system_prompt as string) ?? null,
+  modelId: (r.model_id as string) ?? null,
+  config: json<Record<string, unknown>>(r.config) ?? {},
+  status: r.status as 'active' | 'draft',
+  isPublic: Boolean(r.is_public),
+  tools: json<ToolBinding[]>(r.tool_bindings) ?? [],
+  integrationBindings: json<IntegrationBinding[]>(r.integration_bindings) ?? [],
+  createdAt: iso(r.created_at) as string,
+  updatedAt: iso(r.updated_at) as string,
+});
+
+const toSession = (r: Row) => ({
+  id: r.id as string,
+  title: (r.title as string) ?? null,
+  mount: (r.mount as string) ?? null,
+  app_id: r.app_id as string,
+  last_message_at: iso(r.last_message_at),
+  created_at: iso(r.created_at) as string,
+  context: {
+    app_id: r.app_id as string,
+    origin: { source: r.origin_source as string },
+    kind: r.kind as 'chat' | 'deliverable_job',
+    end_user_id: (r.end_user_id as string) ?? null,
+  },
+  metadata: json<Record<string, unknown>>(r.metadata) ?? {},
+});
+export type SessionDto = ReturnType<typeof toSession>;
+
+/**
+ * Agents (rows of `apps` with app_type 'agent'), their sessions, and the integrator-facing
+ * operations on turns. Every statement is filtered by the principal's workspace.
+ */
+export class AgentsService {
+  constructor(
+    private readonly em: EntityManager,
+    private readonly deps: AgentDeps,
+    private readonly principal: Principal,
+  ) {}
+
+  private get ws() {
+    return this.principal.workspaceId;
+  }
+
+  // ---- agents -------------------------------------------------------------------------
+
+  async listAgents() {
+    const rows = await this.em.execute<Row[]>(
+      `select * from apps where workspace_id = ? and app_type = 'agent' order by created_at, id`,
+      [this.ws],
+    );
+    return rows.map(toAgent).map((a) => ({
+      id: a.id,
+      name: a.name,
+      description: a.description,
+      businessUseCase: a.businessUseCase,
+      appType: 'agent' as const,
+      isPublic: a.isPublic,
+      status: a.status,
+      createdAt: a.createdAt,
+      updatedAt: a.updatedAt,
+    }));
+  }
+
+  async createAgent(input: {
+    name: string;
+    businessUseCase?: string;
+    description?: string;
+    prompt?: string;
+    config?: AgentConfigInput;
+    llm?: { componentId: string };
+  }) {
+    if (input.llm?.componentId && this.deps.models) this.deps.models.resolve('chat', input.llm.componentId);
+    const id = randomUUID();
+    const rows = await this.em.execute<Row[]>(
+      `insert into apps (id, workspace_id, app_type, name, description, business_use_case, system_prompt,
+         model_id, config)
+       values (?, ?, 'agent', ?, ?, ?, ?, ?, ?::jsonb) returning *`,
+      [
+        id,
+        this.ws,
+        input.name,
+        input.description ?? null,
+        input.businessUseCase ?? 'Managed agent',
+        input.prompt ?? null,
+        input.llm?.componentId ?? null,
+        JSON.stringify(input.config ?? {}),
+      ],
+    );
+    const a = toAgent(rows[0] as Row);
+    return { id: a.id, name: a.name, appType: 'agent' as const, createdAt: a.createdAt };
+  }
+
+  async requireAgent(agentId: string): Promise<AgentRow> {
+    if (!isUuid(agentId)) throw notFound(AGENT_NOT_FOUND);
+    const rows = await this.em.execute<Row[]>(
+      `select * from apps where id = ? and workspace_id = ? and app_type = 'agent'`,
+      [agentId, this.ws],
+    );
+    if (!rows[0]) throw notFound(AGENT_NOT_FOUND);
+    return toAgent(rows[0]);
+  }
+
+  detail(a: AgentRow) {
+    const config = effectiveConfig(a.config);
+    return {
+      id: a.id,
+      name: a.name,
+      description: a.description,
+      businessUseCase: a.businessUseCase,
+      prompt: a.prompt,
+      mode: config.runtimeMode,
+      modelId: a.modelId ?? this.deps.models?.defaultId('chat') ?? '',
+      status: a.status,
+      isPublic: a.isPublic,
+      config: config as Record<string, unknown>,
+      tools: a.tools,
+      integrationBindings: a.integrationBindings,
+      callbackSecret: callbackSecret(this.deps.config.signingSecret as string, a.id),
+      createdAt: a.createdAt,
+      updatedAt: a.updatedAt,
+    };
+  }
+
+  async getAgent(agentId: string) {
+    return this.detail(await this.requireAgent(agentId));
+  }
+
+  async updateAgent(
+    agentId: string,
+    patch: {
+      name?: string;
+      description?: string;
+      businessUseCase?: string;
+      prompt?: string;
+      isPublic?: boolean;
+      config?: AgentConfigInput;
+      tools?: ToolBinding[];
+      integrationBindings?: IntegrationBinding[];
+    },
+  ) {
+    for (const b of patch.integrationBindings ?? []) {
+      const pack = catalogService.findPack(b.packId);
+      if (!pack) throw badRequest(`Unknown integration pack: ${b.packId}`, 'INVALID_BINDING');
+      for (const s of b.enabledSkillIds ?? []) {
+        if (!pack.skills.some((k) => k.skillId === s)) {
+          throw badRequest(`Unknown skill ${s} in pack ${b.packId}`, 'INVALID_BINDING');
+        }
+      }
+    }
+    for (const t of patch.tools ?? []) {
+      if (!knownToolId(t.toolId)) throw badRequest(`Unknown tool: ${t.toolId}`, 'INVALID_TOOL_BINDING');
+    }
+    return this.em.transactional(async (tx) => {
+      const rows = await tx.execute<Row[]>(
+        `select * from apps where id = ? and workspace_id = ? and app_type = 'agent' for update`,
+        [isUuid(agentId) ? agentId : randomUUID(), this.ws],
+      );
+      if (!rows[0]) throw notFound(AGENT_NOT_FOUND);
+      const current = toAgent(rows[0]);
+      const sets: string[] = [];
+      const params: unknown[] = [];
+      const set = (col: string, v: unknown, cast = '') => {
+        sets.push(`${col} = ?${cast}`);
+        params.push(v);
+      };
+      if (patch.name !== undefined) set('name', patch.name);
+      if (patch.description !== undefined) set('description', patch.description);
+      if (patch.businessUseCase !== undefined) set('business_use_case', patch.businessUseCase);
+      if (patch.prompt !== undefined) set('system_prompt', patch.prompt);
+      if (patch.isPublic !== undefined) set('is_public', patch.isPublic);
+      if (patch.config !== undefined)
+        set('config', JSON.stringify(deepMerge(current.config, patch.config)), '::jsonb');
+      if (patch.tools !== undefined) set('tool_bindings', JSON.stringify(patch.tools), '::jsonb');
+      if (patch.integrationBindings !== undefined) {
+        set('integration_bindings', JSON.stringify(patch.integrationBindings), '::jsonb');
+      }
+      if (sets.length === 0) return this.detail(current);
+      const updated = await tx.execute<Row[]>(
+        `update apps set ${sets.join(', ')}, updated_at = now() where id = ? returning *`,
+        [...params, current.id],
+      );
+      return this.detail(toAgent(updated[0] as Row));
+    });
+  }
+
+  async deleteAgent(agentId: string) {
+    const a = await this.requireAgent(agentId);
+    await this.em.transactional(async (tx) => {
+      await tx.execute(
+        `update runs set status = 'cancelled', completed_at = now(), lease_owner = null, waiting = false
+         where app_id = ? and status in ('pending', 'running')`,
+        [a.id],
+      );
+      await tx.execute('delete from apps where id = ? and workspace_id = ?', [a.id, this.ws]);
+    });
+    return { deleted: true as const };
+  }
+
+  // ---- sessions -----------------------------------------------------------------------
+
+  async createSession(
+    agentId: string,
+    input: { metadata?: Record<string, unknown>; end_user_id?: string; title?: string },
+  ) {
+    const agent = await this.requireAgent(agentId);
+    if (this.deps.metering) {
+      Object.assign(this.rateHeaders, await this.deps.metering.rateLimit(this.ws, 'session_create'));
+    }
+    const id = randomUUID();
+    const rows = await this.em.execute<Row[]>(
+      `insert into agent_sessions (id, workspace_id, app_id, title, mount, metadata, end_user_id, origin_source)
+       values (?, ?, ?, ?, ?, ?::jsonb, ?, 'api') returning *`,
+      [
+        id,
+        this.ws,
+        agent.id,
+        input.title ?? null,
+        `/agents/${agent.id}/sessions/${id}`,
+        JSON.stringify(input.metadata ?? {}),
+        input.end_user_id ?? null,
+      ],
+    );
+    const s = toSession(rows[0] as Row);
+    return { id: s.id, mount: s.mount, created_at: s.created_at };
+  }
+
+  /** Rate-limit headers to put on the response (set by calls that take from a bucket). */
+  readonly rateHeaders: Record<string, string> = {};
+
+  async listSessions(agentId: string, limit: number, offset: number) {
+    const agent = await this.requireAgent(agentId);
+    const rows = await this.em.execute<Row[]>(
+      `select *, count(*) over () as total from agent_sessions where workspace_id = ? and app_id = ?
+       order by created_at desc, id limit ? offset ?`,
+      [this.ws, agent.id, limit, offset],
+    );
+    let total = rows[0] ? Number(rows[0].total) : 0;
+    if (!rows[0] && offset > 0) {
+      const c = await this.em.execute<Row[]>(
+        'select count(*) as n from agent_sessions where workspace_id = ? and app_id = ?',
+        [this.ws, agent.id],
+      );
+      total = Number(c[0]?.n ?? 0);
+    }
+    return { sessions: rows.map(toSession), total };
+  }
+
+  async requireSession(sessionId: string): Promise<SessionDto> {
+    if (!isUuid(sessionId)) throw notFound(SESSION_NOT_FOUND);
+    const rows = await this.em.execute<Row[]>(
+      'select * from agent_sessions where id = ? and workspace_id = ?',
+      [sessionId, this.ws],
+    );
+    if (!rows[0]) throw notFound(SESSION_NOT_FOUND);
+    return toSession(rows[0]);
+  }
+
+  async deleteSession(sessionId: string) {
+    const s = await this.requireSession(sessionId);
+    await this.em.transactional(async (tx) => {
+      await tx.execute(
+        `update runs set status = 'cancelled', completed_at = now(), lease_owner = null, waiting = false
+         where session_id = ? and status in ('pending', 'running')`,
+        [s.id],
+      );
+      await tx.execute('delete from agent_sessions where id = ? and workspace_id = ?', [s.id, this.ws]);
+    });
+    return { deleted: true as const };
+  }
+
+  /** The session timeline: messages and turn runs, ascending by created_at. */
+  async sessionEvents(sessionId: string) {
+    const s = await this.requireSession(sessionId);
+    const messages = await this.em.execute<Row[]>(
+      'select * from session_messages where session_id = ? order by created_at, id',
+      [s.id],
+    );
+    const runs = await this.em.execute<Row[]>(
+      `select * from runs where session_id = ? and kind = 'turn' order by created_at, id`,
+      [s.id],
+    );
+    const events = [
+      ...messages.map((m) => ({
+        type: 'message' as const,
+        id: m.id as string,
+        role: m.role as 'user' | 'assistant' | 'tool',
+        content: m.content as string,
+        metadata: json<Record<string, unknown>>(m.metadata) ?? {},
+        created_at: iso(m.created_at) as string,
+        at: (m.created_at as Date).getTime?.() ?? Date.parse(String(m.created_at)),
+      })),
+      ...runs.map((r) => ({
+        type: 'turn_run' as const,
+        id: r.id as string,
+        status: r.status as string,
+        created_at: iso(r.created_at) as string,
+        completed_at: iso(r.completed_at),
+        error_message: (r.error as string) ?? null,
+        at: (r.created_at as Date).getTime?.() ?? Date.parse(String(r.created_at)),
+      })),
+    ];
+    // Stable: a turn run sorts before the user message created in the same instant.
+    events.sort((a, b) => a.at - b.at || (a.type === b.type ? 0 : a.type === 'turn_run' ? -1 : 1));
+    return { events: events.map(({ at: _at, ...e }) => e) };
+  }
+
+  // ---- turns --------------------------------------------------------------------------
+
+  /**
+   * Starts a turn: validates credits and the concurrency policy, stores the user message
+   * and creates the run. The caller streams the run.
+   */
+  async startTurn(
+    sessionId: string,
+    input: { message: string; model?: string; concurrency: (typeof CONCURRENCY_POLICIES)[number] },
+    ctx: { requestId: string },
+  ): Promise<RunRecord> {
+    const session = await this.requireSession(sessionId);
+    if (this.deps.metering) {
+      Object.assign(this.rateHeaders, await this.deps.metering.rateLimit(this.ws, 'agent_message'));
+      await this.deps.metering.assertCredits(this.ws);
+    }
+    if (input.model && this.deps.models) this.deps.models.resolve('chat', input.model);
+    const active = await this.em.execute<Row[]>(
+      `select * from runs where session_id = ? and kind = 'turn' and status in ('pending', 'running')
+       order by created_at`,
+      [session.id],
+    );
+    if (active.length > 0 && input.concurrency === 'reject') {
+      throw conflict('A turn is already running in this session', 'TURN_IN_PROGRESS', {
+        runId: active[0]?.id as string,
+      });
+    }
+    if (input.concurrency === 'interrupt') {
+      for (const r of active) {
+        if (r.status !== 'running') {
+          await runStore.finish(this.em, r.id as string, null, 'cancelled', {}).catch(() => null);
+          continue;
+        }
+        const run = await runStore.getRun(this.em, r.id as string);
+        if (run) await this.deps.runs.cancel(this.em, run).catch(() => undefined);
+      }
+    }
+    const runId = randomUUID();
+    const run = await this.em.transactional(async (tx) => {
+      await tx.execute(
+        `insert into session_messages (id, workspace_id, session_id, run_id, role, content, metadata)
+         values (?, ?, ?, ?, 'user', ?, '{}'::jsonb)`,
+        [randomUUID(), this.ws, session.id, runId, input.message],
+      );
+      await tx.execute('update agent_sessions set last_message_at = now() where id = ?', [session.id]);
+      return runStore.insertRun(tx, {
+        id: runId,
+        workspaceId: this.ws,
+        kind: 'turn',
+        appId: session.app_id,
+        sessionId: session.id,
+        serialKey: `session:${session.id}`,
+        input: {
+          message: input.message,
+          model: input.model ?? null,
+          apiKeyId: this.principal.keyId ?? null,
+          requestId: ctx.requestId,
+        },
+      });
+    });
+    await this.deps.runs.bus.publish({ t: 'wake' });
+    return run;
+  }
+
+  /** A run of this session (for the reconnect stream). */
+  async requireSessionRun(sessionId: string, runId: string): Promise<RunRecord> {
+    const s = await this.requireSession(sessionId);
+    const run = isUuid(runId) ? await runStore.getRun(this.em, runId) : null;
+    if (!run || run.sessionId !== s.id || run.workspaceId !== this.ws) throw notFound('Run not found');
+    return run;
+  }
+
+  async submitToolResult(input: { sessionId: string; toolCallId: string; result?: unknown; error?: string }) {
+    const session = await this.requireSession(input.sessionId);
+    const call = await runStore.getToolCall(this.em, input.toolCallId);
+    if (!call || call.workspaceId !== this.ws) throw notFound('Unknown toolCallId');
+    if (call.sessionId !== session.id) throw forbidden('toolCallId does not belong to session');
+    const settled = await this.deps.runs.settleToolCall(
+      call.id,
+      input.error !== undefined ? { error: input.error } : { result: input.result },
+    );
+    const final = settled ?? (await runStore.getToolCall(this.em, call.id));
+    return {
+      accepted: settled !== null,
+      sessionId: session.id,
+      toolCallId: call.id,
+      status: (final?.status === 'pending' ? 'failed' : final?.status) as 'completed' | 'failed' | 'expired',
+    };
+  }
+
+  async cancelRun(sessionId: string, runId: string) {
+    const session = await this.requireSession(sessionId);
+    const run = isUuid(runId) ? await runStore.getRun(this.em, runId) : null;
+    if (!run || run.workspaceId !== this.ws || run.sessionId !== session.id) {
+      throw new AppError(404, 'Run not found');
+    }
+    if (run.status !== 'running') throw badRequest(`Run is ${run.status}`);
+    await this.deps.runs.cancel(this.em, run);
+    return { runId: run.id, status: 'cancelled' as const };
+  }
+}
+
+function knownToolId(toolId: string): boolean {
+  if (catalogService.platformToolDefinitions().some((t) => t.toolId === toolId)) return true;
+  return catalogService
+    .listPacks()
+    .some((p) => catalogService.getPack(p.id).tools.some((t) => t.toolId === toolId));
+}

@@ -1,0 +1,324 @@
+import { createHmac } from 'node:crypto';
+import { type HttpFixture, startHttpFixture } from '@ai-suite/testkit';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  createTestWorkspace,
+  type FakeOpenAI,
+  startTestServerWithFakeModel,
+  type TestServer,
+  type TestWorkspace,
+} from '../../test/harness.js';
+import { createAgentWithSession, openTurn, postToolResult, sendMessage } from './test-helpers.js';
+
+let ts: TestServer & { fake: FakeOpenAI };
+let ws: TestWorkspace;
+let other: TestWorkspace;
+let callbacks: HttpFixture;
+let callbackReply: (body: any) => { status?: number; body?: unknown } = () => ({
+  body: { result: { ok: true } },
+});
+
+beforeAll(async () => {
+  callbacks = await startHttpFixture((req) => callbackReply(req.body));
+  ts = await startTestServerWithFakeModel({
+    env: { OUTBOUND_ALLOWLIST: '127.0.0.1', RUN_POLL_INTERVAL_MS: '100' },
+  });
+  ws = await createTestWorkspace(ts, { creditsUsd: '10' });
+  other = await createTestWorkspace(ts, { creditsUsd: '10' });
+});
+afterAll(async () => {
+  await ts?.close();
+  await callbacks?.close();
+});
+
+describe('a plain turn', () => {
+  it('streams run.started, deltas, message.completed, run.completed with ids and event names', async () => {
+    const { sessionId } = await createAgentWithSession(ts, ws.apiKey, {
+      name: 'Plain',
+      prompt: 'You are terse.',
+    });
+    ts.fake.script({ text: 'Hello there, friend.', chunkSize: 5 });
+    const turn = await openTurn(ts, ws.apiKey, sessionId, { message: 'Hi' });
+    expect(turn.res.headers.get('content-type')).toMatch(/^text\/event-stream/);
+    expect(turn.res.headers.get('cache-control')).toBe('no-cache');
+    const events = await turn.rest();
+    const types = events.map((e) => e.data.type);
+    expect(types[0]).toBe('run.started');
+    expect(types.at(-1)).toBe('run.completed');
+    expect(types.filter((t) => t === 'message.delta').length).toBe(4);
+    expect(types.at(-2)).toBe('message.completed');
+    events.forEach((e, i) => {
+      expect(e.id).toBe(String(i + 1));
+      expect(e.event).toBe(e.data.type);
+    });
+    const runId = events[0]?.data.runId;
+    expect(events[0]?.data).toEqual({ type: 'run.started', runId, sessionId });
+    const deltas = events.filter((e) => e.data.type === 'message.delta').map((e) => e.data.content);
+    expect(deltas.join('')).toBe('Hello there, friend.');
+    expect(events.at(-2)?.data).toMatchObject({ runId, content: 'Hello there, friend.' });
+
+    // the system prompt and the message went upstream
+    const sent = ts.fake.requests.at(-1)?.body;
+    expect(sent.messages).toEqual([
+      { role: 'system', content: 'You are terse.' },
+      { role: 'user', content: 'Hi' },
+    ]);
+
+    const timeline = await ts.api(`/managed-agents/sessions/${sessionId}/events`, { key: ws.apiKey });
+    const { events: tl } = (await timeline.json()) as { events: any[] };
+    expect(tl.map((e) => e.type)).toEqual(['turn_run', 'message', 'message']);
+    expect(tl[0]).toMatchObject({ id: runId, status: 'completed', error_message: null });
+    expect(tl[0].completed_at).toEqual(expect.any(String));
+    expect(tl[1]).toMatchObject({ role: 'user', content: 'Hi', metadata: {} });
+    expect(tl[2]).toMatchObject({ role: 'assistant', content: 'Hello there, friend.' });
+    const times = tl.map((e) => Date.parse(e.created_at));
+    expect(times).toEqual([...times].sort((a, b) => a - b));
+
+    const session = await ts.api(`/managed-agents/sessions/${sessionId}`, { key: ws.apiKey });
+    expect(((await session.json()) as any).session.last_message_at).toEqual(expect.any(String));
+  });
+
+  it('answers 400 message is required, 404 for a foreign session', async () => {
+    const { sessionId } = await createAgentWithSession(ts, ws.apiKey, { name: 'Validation' });
+    for (const body of [{}, { message: '' }, { message: '  ' }]) {
+      const res = await sendMessage(ts, ws.apiKey, sessionId, body);
+      expect(res.status).toBe(400);
+      expect(((await res.json()) as any).error).toBe('message is required');
+    }
+    const res = await sendMessage(ts, other.apiKey, sessionId, { message: 'hi' });
+    expect(res.status).toBe(404);
+  });
+
+  it('answers 402 before streaming when the workspace has no credits', async () => {
+    const broke = await createTestWorkspace(ts);
+    const { sessionId } = await createAgentWithSession(ts, broke.apiKey, { name: 'Broke' });
+    const res = await sendMessage(ts, broke.apiKey, sessionId, { message: 'hi' });
+    expect(res.status).toBe(402);
+    expect(await res.json()).toEqual({
+      error: 'Insufficient credits. Please purchase additional credits to continue.',
+      code: 'INSUFFICIENT_CREDITS',
+    });
+  });
+
+  it('uses the per-turn model override and rejects an unknown model', async () => {
+    const { sessionId } = await createAgentWithSession(ts, ws.apiKey, { name: 'Override' });
+    const res = await sendMessage(ts, ws.apiKey, sessionId, { message: 'hi', model: 'no-such-model' });
+    expect(res.status).toBe(400);
+    ts.fake.script({ text: 'ok' });
+    const turn = await openTurn(ts, ws.apiKey, sessionId, { message: 'hi', model: 'fake-chat' });
+    expect((await turn.rest()).at(-1)?.data.type).toBe('run.completed');
+  });
+
+  it('records usage per model call and debits credits', async () => {
+    const { sessionId } = await createAgentWithSession(ts, ws.apiKey, { name: 'Usage' });
+    ts.fake.script({ text: 'counted', usage: { prompt_tokens: 100, completion_tokens: 50 } });
+    const turn = await openTurn(ts, ws.apiKey, sessionId, { message: 'hi' });
+    const events = await turn.rest();
+    const runId = events[0]?.data.runId;
+    const rows = await ts.server.deps
+      .em()
+      .execute<any[]>('select * from usage_records where run_id = ?', [runId]);
+    expect(rows).toHaveLength(1);
+    expect(Number(rows[0].input_tokens)).toBe(100);
+    expect(Number(rows[0].output_tokens)).toBe(50);
+    expect(Number(rows[0].cost_micros)).toBe(200);
+    expect(rows[0].session_id).toBe(sessionId);
+  });
+});
+
+describe('integrator-owned tools', () => {
+  it('pauses on tool_call.pending and resumes when the result is posted', async () => {
+    const { sessionId } = await createAgentWithSession(ts, ws.apiKey, {
+      name: 'Hitl',
+      config: {
+        customTools: [
+          {
+            name: 'lookup_order',
+            description: 'Looks up an order',
+            inputSchema: { type: 'object', properties: { id: { type: 'string' } } },
+          },
+        ],
+      },
+    });
+    ts.fake.script(
+      { toolCalls: [{ id: 'm1', name: 'lookup_order', arguments: '{"id":"A-1"}' }] },
+      { text: 'Your order shipped.' },
+    );
+    const turn = await openTurn(ts, ws.apiKey, sessionId, { message: 'Where is A-1?' });
+    const pending = await turn.until('tool_call.pending');
+    expect(pending.data).toMatchObject({ name: 'lookup_order', arguments: { id: 'A-1' } });
+    const toolCallId = pending.data.toolCallId as string;
+    // the tool definition went upstream
+    expect(ts.fake.requests.at(-1)?.body.tools[0].function.name).toBe('lookup_order');
+
+    // validation and ownership
+    let r = await postToolResult(ts, ws.apiKey, sessionId, { toolCallId, result: 1, error: 'x' });
+    expect(r.status).toBe(400);
+    r = await postToolResult(ts, ws.apiKey, sessionId, { toolCallId });
+    expect(r.status).toBe(400);
+    r = await postToolResult(ts, ws.apiKey, sessionId, { result: 1 });
+    expect(r).toMatchObject({ status: 400, body: { error: 'toolCallId is required' } });
+    r = await postToolResult(ts, ws.apiKey, sessionId, { toolCallId: 'call_nope', result: 1 });
+    expect(r).toEqual({ status: 404, body: { error: 'Unknown toolCallId' } });
+    const { sessionId: otherSession } = await createAgentWithSession(ts, ws.apiKey, { name: 'Other' });
+    r = await postToolResult(ts, ws.apiKey, otherSession, { toolCallId, result: 1 });
+    expect(r).toEqual({ status: 403, body: { error: 'toolCallId does not belong to session' } });
+    const { sessionId: foreignSession } = await createAgentWithSession(ts, other.apiKey, { name: 'Foreign' });
+    r = await postToolResult(ts, other.apiKey, foreignSession, { toolCallId, result: 1 });
+    expect(r.status).toBe(404);
+
+    r = await postToolResult(ts, ws.apiKey, sessionId, { toolCallId, result: { status: 'shipped' } });
+    expect(r).toEqual({ status: 200, body: { accepted: true, sessionId, toolCallId, status: 'completed' } });
+    const events = await turn.rest();
+    const types = events.map((e) => e.data.type);
+    expect(types).toEqual([
+      'run.started',
+      'tool_call.pending',
+      'tool_call.completed',
+      'message.delta',
+      'message.delta',
+      'message.delta',
+      'message.delta',
+      'message.delta',
+      'message.completed',
+      'run.completed',
+    ]);
+    expect(events[2]?.data).toMatchObject({ toolCallId, status: 'completed', result: { status: 'shipped' } });
+    // the model saw the result
+    const second = ts.fake.requests.at(-1)?.body;
+    expect(second.messages.at(-1)).toEqual({
+      role: 'tool',
+      tool_call_id: 'm1',
+      content: '{"status":"shipped"}',
+    });
+
+    // a repeated post is harmless
+    r = await postToolResult(ts, ws.apiKey, sessionId, { toolCallId, error: 'late' });
+    expect(r).toEqual({ status: 200, body: { accepted: false, sessionId, toolCallId, status: 'completed' } });
+  });
+
+  it('rejects a second message while a turn runs (409) and queues or interrupts on request', async () => {
+    const { sessionId } = await createAgentWithSession(ts, ws.apiKey, {
+      name: 'Busy',
+      config: { customTools: [{ name: 'wait_for_human' }] },
+    });
+    ts.fake.script({ toolCalls: [{ id: 'w1', name: 'wait_for_human', arguments: '{}' }] });
+    const first = await openTurn(ts, ws.apiKey, sessionId, { message: 'one' });
+    const pending = await first.until('tool_call.pending');
+
+    const res = await sendMessage(ts, ws.apiKey, sessionId, { message: 'two' });
+    expect(res.status).toBe(409);
+    expect(await res.json()).toMatchObject({ code: 'TURN_IN_PROGRESS' });
+
+    ts.fake.script({ text: 'first done' }, { text: 'second done' });
+    const queued = await openTurn(ts, ws.apiKey, sessionId, { message: 'two', concurrency: 'queue' });
+    await postToolResult(ts, ws.apiKey, sessionId, { toolCallId: pending.data.toolCallId, result: 'ok' });
+    expect((await first.rest()).at(-1)?.data.type).toBe('run.completed');
+    const qEvents = await queued.rest();
+    expect(qEvents.at(-1)?.data.type).toBe('run.completed');
+    expect(qEvents.find((e) => e.data.type === 'message.completed')?.data.content).toBe('second done');
+
+    ts.fake.script(
+      { toolCalls: [{ id: 'w2', name: 'wait_for_human', arguments: '{}' }] },
+      { text: 'took over' },
+    );
+    const third = await openTurn(ts, ws.apiKey, sessionId, { message: 'three' });
+    await third.until('tool_call.pending');
+    const fourth = await openTurn(ts, ws.apiKey, sessionId, { message: 'four', concurrency: 'interrupt' });
+    expect((await third.rest()).at(-1)?.data.type).toBe('run.cancelled');
+    expect((await fourth.rest()).at(-1)?.data.type).toBe('run.completed');
+  });
+});
+
+describe('callback tools', () => {
+  it('POSTs the call signed with HMAC and feeds the answer back to the model', async () => {
+    callbackReply = () => ({ body: { result: { temperature: 21 } } });
+    const { agentId, sessionId } = await createAgentWithSession(ts, ws.apiKey, {
+      name: 'Callback',
+      config: { customTools: [{ name: 'get_weather', callbackUrl: `${callbacks.url}/hook` }] },
+    });
+    const detail = (await (
+      await ts.api(`/managed-agents/agents/${agentId}`, { key: ws.apiKey })
+    ).json()) as any;
+    const secret = detail.agent.callbackSecret as string;
+    ts.fake.script(
+      { toolCalls: [{ id: 'c1', name: 'get_weather', arguments: '{"city":"Oslo"}' }] },
+      { text: 'It is 21 degrees.' },
+    );
+    const before = callbacks.requests.length;
+    const turn = await openTurn(ts, ws.apiKey, sessionId, { message: 'Weather?' });
+    const events = await turn.rest();
+    const types = events.map((e) => e.data.type);
+    expect(types.slice(0, 3)).toEqual(['run.started', 'tool_call.started', 'tool_call.completed']);
+    expect(types.at(-1)).toBe('run.completed');
+    expect(events[2]?.data).toMatchObject({
+      name: 'get_weather',
+      status: 'completed',
+      result: { temperature: 21 },
+    });
+    expect(events[1]?.data.toolCallId).toBe(events[2]?.data.toolCallId);
+
+    const req = callbacks.requests[before];
+    expect(req?.method).toBe('POST');
+    expect(req?.body).toMatchObject({
+      type: 'tool_call',
+      tool: 'get_weather',
+      arguments: { city: 'Oslo' },
+      agentId,
+      sessionId,
+    });
+    const sig = String(req?.headers['x-aisuite-signature']);
+    const [, t, v1] = /^t=(\d+),v1=([0-9a-f]{64})$/.exec(sig) ?? [];
+    const expected = createHmac('sha256', secret).update(`${t}.${req?.rawBody}`).digest('hex');
+    expect(v1).toBe(expected);
+    expect(ts.fake.requests.at(-1)?.body.messages.at(-1).content).toBe('{"temperature":21}');
+  });
+
+  it('reports a failing callback as an error result, and the loop goes on', async () => {
+    callbackReply = () => ({ status: 500, body: 'boom' });
+    const { sessionId } = await createAgentWithSession(ts, ws.apiKey, {
+      name: 'Failing',
+      config: { customTools: [{ name: 'broken', callbackUrl: `${callbacks.url}/x` }] },
+    });
+    ts.fake.script({ toolCalls: [{ id: 'b1', name: 'broken', arguments: '{}' }] }, { text: 'Sorry.' });
+    const events = await (await openTurn(ts, ws.apiKey, sessionId, { message: 'go' })).rest();
+    const done = events.find((e) => e.data.type === 'tool_call.completed');
+    expect(done?.data).toMatchObject({ status: 'error', error: expect.stringContaining('500') });
+    expect(events.at(-1)?.data.type).toBe('run.completed');
+  });
+});
+
+describe('limits', () => {
+  it('stops at compute.maxIterations with an error event and run.failed', async () => {
+    callbackReply = () => ({ body: { result: 'again' } });
+    const { sessionId } = await createAgentWithSession(ts, ws.apiKey, {
+      name: 'Looper',
+      config: {
+        compute: { maxIterations: 2 },
+        customTools: [{ name: 'spin', callbackUrl: `${callbacks.url}/spin` }],
+      },
+    });
+    ts.fake.script(
+      { toolCalls: [{ id: 's1', name: 'spin', arguments: '{}' }] },
+      { toolCalls: [{ id: 's2', name: 'spin', arguments: '{}' }] },
+      { text: 'never reached' },
+    );
+    const events = await (await openTurn(ts, ws.apiKey, sessionId, { message: 'loop' })).rest();
+    const types = events.map((e) => e.data.type);
+    expect(types.filter((t) => t === 'tool_call.started')).toHaveLength(2);
+    expect(events.at(-2)?.data).toMatchObject({ type: 'error', code: 'MAX_ITERATIONS' });
+    expect(events.at(-1)?.data).toMatchObject({ type: 'run.failed', error: 'maxIterations reached (2)' });
+    ts.fake.reset();
+  });
+
+  it('stops at compute.maxWallClockMs with an error event and run.failed', async () => {
+    const { sessionId } = await createAgentWithSession(ts, ws.apiKey, {
+      name: 'Slow',
+      config: { compute: { maxWallClockMs: 1000 } },
+    });
+    ts.fake.script({ hang: true });
+    const events = await (await openTurn(ts, ws.apiKey, sessionId, { message: 'wait' })).rest();
+    expect(events.at(-2)?.data).toMatchObject({ type: 'error', code: 'MAX_WALL_CLOCK' });
+    expect(events.at(-1)?.data.type).toBe('run.failed');
+  });
+});

@@ -1,0 +1,278 @@
+import { randomUUID } from 'node:crypto';
+import type { EntityManager } from '@mikro-orm/postgresql';
+import type { Principal } from '../../auth/principal.js';
+import type { ServerDeps } from '../../context.js';
+import { badRequest, notFound } from '../../http/errors.js';
+import { runStore, TERMINAL_EVENT_TYPES } from '../../runs/index.js';
+import { effectiveConfig, isUuid } from '../agents/config.js';
+import { assertUrlAllowed, OutboundBlockedError, parseAllowlist } from '../agents/outbound.js';
+import { AgentsService, SESSION_NOT_FOUND } from '../agents/service.js';
+import { isMessagingSource } from './schema.js';
+
+type Row = Record<string, unknown>;
+const iso = (v: unknown) => (v == null ? null : (v instanceof Date ? v : new Date(String(v))).toISOString());
+const json = <T>(v: unknown): T => (typeof v === 'string' ? JSON.parse(v) : v) as T;
+
+export const DELIVERABLES_DISABLED = 'Deliverables are disabled for this agent';
+export const INTEGRATION_MENTION = 'Integration mentions must use the platform webhook';
+export const RUN_NOT_FOUND = 'Run not found';
+
+/** Event types left out of the get-run `events[]` (they are on the live stream). */
+const STREAM_ONLY_EVENTS = ['message.delta'];
+const MAX_DETAIL_EVENTS = 1000;
+
+export interface CreateRunBody {
+  task: string;
+  sessionId?: string;
+  metadata?: {
+    source?: string;
+    containerId?: string;
+    threadId?: string;
+    externalWorkspaceId?: string;
+    messageId?: string;
+    webhookUrl?: string;
+  };
+  webhookUrl?: string;
+}
+
+const toRunDto = (r: Row) => ({
+  id: r.id as string,
+  status: r.status as 'pending' | 'running' | 'completed' | 'failed' | 'cancelled',
+  task: r.task as string,
+  session_id: r.session_id as string,
+  created_at: iso(r.created_at) as string,
+  started_at: iso(r.started_at),
+  completed_at: iso(r.completed_at),
+  error: (r.error as string) ?? null,
+  metadata: json<Record<string, unknown>>(r.metadata) ?? {},
+});
+export type RunDto = ReturnType<typeof toRunDto>;
+
+const intEnv = (v: string | undefined, d: number) => {
+  const n = v === undefined || v.trim() === '' ? Number.NaN : Number(v);
+  return Number.isFinite(n) && n >= 0 ? n : d;
+};
+
+/**
+ * Autonomous runs of an agent (spec 4.5): creation with idempotency on `metadata.messageId`,
+ * listing and the run detail. Execution is the `autonomous` executor (executor.ts).
+ * Every statement is filtered by the principal's workspace.
+ */
+export class RunsService {
+  private readonly agents: AgentsService;
+
+  constructor(
+    private readonly em: EntityManager,
+    private readonly deps: ServerDeps,
+    private readonly principal: Principal,
+  ) {
+    this.agents = new AgentsService(em, deps, principal);
+  }
+
+  private get ws() {
+    return this.principal.workspaceId;
+  }
+
+  async create(agentId: string, body: CreateRunBody, ctx: { requestId: string }) {
+    const agent = await this.agents.requireAgent(agentId);
+    const config = effectiveConfig(agent.config);
+    if (!config.capabilities.deliverables.enabled) throw badRequest(DELIVERABLES_DISABLED);
+    const meta = body.metadata ?? {};
+    if (isMessagingSource(meta.source)) throw badRequest(INTEGRATION_MENTION);
+    const messageId = meta.messageId;
+
+    // Idempotency: a repeated key answers with the run it created, before any other check.
+    if (messageId) {
+      const existing = await this.findByMessageId(agent.id, messageId);
+      if (existing) return existing;
+    }
+
+    const webhookUrl = body.webhookUrl ?? meta.webhookUrl ?? null;
+    if (webhookUrl) await this.assertWebhookAllowed(webhookUrl);
+    await this.deps.metering?.assertCredits(this.ws);
+
+    let sessionId: string;
+    let newSession = false;
+    if (body.sessionId !== undefined) {
+      const s = await this.agents.requireSession(body.sessionId);
+      if (s.app_id !== agent.id) throw notFound(SESSION_NOT_FOUND);
+      sessionId = s.id;
+    } else {
+      sessionId = randomUUID();
+      newSession = true;
+    }
+    const { webhookUrl: _w, ...storedMeta } = meta;
+    const runId = randomUUID();
+    const env = this.deps.config.env;
+    const created = await this.em.transactional(async (tx) => {
+      // The idempotency claim comes first: a concurrent post with the same key waits here on
+      // the unique index until this transaction ends, then finds the key taken.
+      const claimed = await tx.execute<Row[]>(
+        `insert into autonomous_runs (run_id, workspace_id, app_id, session_id, task, message_id, metadata,
+           webhook_url, webhook_status)
+         values (?, ?, ?, ?, ?, ?, ?::jsonb, ?, ?)
+         on conflict (app_id, message_id) where message_id is not null do nothing
+         returning run_id`,
+        [
+          runId,
+          this.ws,
+          agent.id,
+          sessionId,
+          body.task,
+          messageId ?? null,
+          JSON.stringify(storedMeta),
+          webhookUrl,
+          webhookUrl ? 'pending' : 'none',
+        ],
+      );
+      if (claimed.length === 0) return null;
+      if (newSession) {
+        await tx.execute(
+          `insert into agent_sessions (id, workspace_id, app_id, title, mount, metadata, origin_source, kind)
+           values (?, ?, ?, ?, ?, ?::jsonb, ?, 'deliverable_job')`,
+          [
+            sessionId,
+            this.ws,
+            agent.id,
+            body.task.slice(0, 120),
+            `/agents/${agent.id}/sessions/${sessionId}`,
+            JSON.stringify(storedMeta),
+            meta.source?.trim() || 'api',
+          ],
+        );
+      }
+      await tx.execute(
+        `insert into session_messages (id, workspace_id, session_id, run_id, role, content, metadata)
+         values (?, ?, ?, ?, 'user', ?, '{}'::jsonb)`,
+        [randomUUID(), this.ws, sessionId, runId, body.task],
+      );
+      await tx.execute('update agent_sessions set last_message_at = now() where id = ?', [sessionId]);
+      return runStore.insertRun(tx, {
+        id: runId,
+        workspaceId: this.ws,
+        kind: 'autonomous',
+        appId: agent.id,
+        sessionId,
+        serialKey: `session:${sessionId}`,
+        maxAttempts: Math.max(1, intEnv(env.RUN_AUTONOMOUS_MAX_ATTEMPTS, 2)),
+        input: {
+          message: body.task,
+          model: null,
+          apiKeyId: this.principal.keyId ?? null,
+          requestId: ctx.requestId,
+        },
+      });
+    });
+    if (!created) {
+      const existing = await this.findByMessageId(agent.id, messageId as string);
+      if (!existing) throw new Error('idempotency key claimed but run not found');
+      return existing;
+    }
+    await this.deps.runs.bus.publish({ t: 'wake' });
+    return { runId: created.id, sessionId, created_at: created.createdAt.toISOString() };
+  }
+
+  private async findByMessageId(appId: string, messageId: string) {
+    const rows = await this.em.execute<Row[]>(
+      `select a.run_id, a.session_id, r.created_at from autonomous_runs a join runs r on r.id = a.run_id
+       where a.workspace_id = ? and a.app_id = ? and a.message_id = ?`,
+      [this.ws, appId, messageId],
+    );
+    const r = rows[0];
+    return r
+      ? {
+          runId: r.run_id as string,
+          sessionId: r.session_id as string,
+          created_at: iso(r.created_at) as string,
+        }
+      : null;
+  }
+
+  private async assertWebhookAllowed(raw: string) {
+    let url: URL;
+    try {
+      url = new URL(raw);
+    } catch {
+      throw badRequest('webhookUrl must be an http(s) URL');
+    }
+    try {
+      await assertUrlAllowed(url, parseAllowlist(this.deps.config.env.OUTBOUND_ALLOWLIST));
+    } catch (err) {
+      if (err instanceof OutboundBlockedError) throw badRequest(`webhookUrl is not allowed: ${err.message}`);
+      throw badRequest(`webhookUrl cannot be resolved: ${url.hostname}`);
+    }
+  }
+
+  async list(agentId: string, limit: number) {
+    const agent = await this.agents.requireAgent(agentId);
+    const rows = await this.em.execute<Row[]>(
+      `select r.*, a.task, a.metadata from autonomous_runs a join runs r on r.id = a.run_id
+       where a.workspace_id = ? and a.app_id = ?
+       order by r.created_at desc, r.id desc limit ?`,
+      [this.ws, agent.id, limit],
+    );
+    return { runs: rows.map(toRunDto) };
+  }
+
+  async requireRun(agentId: string, runId: string): Promise<RunDto & { waiting: boolean }> {
+    const agent = await this.agents.requireAgent(agentId);
+    if (!isUuid(runId)) throw notFound(RUN_NOT_FOUND);
+    const rows = await this.em.execute<Row[]>(
+      `select r.*, a.task, a.metadata from autonomous_runs a join runs r on r.id = a.run_id
+       where a.run_id = ? and a.workspace_id = ? and a.app_id = ?`,
+      [runId, this.ws, agent.id],
+    );
+    if (!rows[0]) throw notFound(RUN_NOT_FOUND);
+    return { ...toRunDto(rows[0]), waiting: Boolean(rows[0].waiting) };
+  }
+
+  async get(agentId: string, runId: string) {
+    const { waiting, ...run } = await this.requireRun(agentId, runId);
+    const events = await this.em.execute<Row[]>(
+      `select * from run_events where run_id = ? and type not in (${STREAM_ONLY_EVENTS.map(() => '?').join(', ')})
+       order by seq limit ?`,
+      [run.id, ...STREAM_ONLY_EVENTS, MAX_DETAIL_EVENTS],
+    );
+    // Past the cap, the terminal event is still shown.
+    if (events.length === MAX_DETAIL_EVENTS && !['pending', 'running'].includes(run.status)) {
+      const last = await this.em.execute<Row[]>(
+        `select * from run_events where run_id = ? and type in (${TERMINAL_EVENT_TYPES.map(() => '?').join(', ')})`,
+        [run.id, ...TERMINAL_EVENT_TYPES],
+      );
+      if (last[0] && !events.some((e) => e.seq === last[0]?.seq)) events.push(last[0]);
+    }
+    return {
+      run,
+      waiting,
+      events: events.map((e) => ({
+        id: Number(e.seq),
+        event_type: e.type as string,
+        payload: json<Record<string, unknown>>(e.payload) ?? {},
+        created_at: iso(e.created_at) as string,
+      })),
+      artifacts: await listArtifacts(this.em, run.id),
+    };
+  }
+}
+
+export async function listArtifacts(em: EntityManager, runId: string) {
+  const rows = await em.execute<Row[]>(
+    'select * from run_artifacts where run_id = ? order by created_at, id',
+    [runId],
+  );
+  return rows.map((a) => ({
+    id: a.id as string,
+    file_id: a.file_id as string,
+    filename: a.filename as string,
+    mime_type: a.mime_type as string,
+    size_bytes: Number(a.size_bytes),
+    created_at: iso(a.created_at) as string,
+  }));
+}
+
+/** How long a client should wait before polling a run again (ms); null once it has ended. */
+export function pollHintMs(deps: ServerDeps, run: { status: string; waiting?: boolean }): number | null {
+  if (run.status !== 'pending' && run.status !== 'running') return null;
+  const base = intEnv(deps.config.env.RUN_POLL_HINT_MS, 2000);
+  return run.waiting ? base * 2 : base;
+}

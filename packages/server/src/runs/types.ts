@@ -1,0 +1,88 @@
+import type { EntityManager } from '@mikro-orm/postgresql';
+
+export type RunKind = 'turn' | 'autonomous';
+export type RunStatus = 'pending' | 'running' | 'completed' | 'failed' | 'cancelled';
+
+export const TERMINAL_EVENT_TYPES = ['run.completed', 'run.failed', 'run.cancelled'] as const;
+export const isTerminalEvent = (type: string) => (TERMINAL_EVENT_TYPES as readonly string[]).includes(type);
+
+export interface RunRecord {
+  id: string;
+  workspaceId: string;
+  kind: RunKind;
+  status: RunStatus;
+  appId: string | null;
+  sessionId: string | null;
+  serialKey: string | null;
+  input: Record<string, unknown>;
+  state: Record<string, unknown> | null;
+  waiting: boolean;
+  leaseOwner: string | null;
+  attempts: number;
+  maxAttempts: number;
+  lastSeq: number;
+  error: string | null;
+  createdAt: Date;
+  startedAt: Date | null;
+  completedAt: Date | null;
+}
+
+export interface RunEvent {
+  runId: string;
+  seq: number;
+  type: string;
+  payload: Record<string, unknown>;
+  createdAt: Date;
+}
+
+export interface ToolCallRecord {
+  id: string;
+  runId: string;
+  workspaceId: string;
+  sessionId: string | null;
+  modelCallId: string;
+  name: string;
+  arguments: unknown;
+  status: 'pending' | 'completed' | 'failed' | 'expired';
+  result: unknown;
+  error: string | null;
+  deadlineAt: Date;
+  createdAt: Date;
+  completedAt: Date | null;
+}
+
+/** What an executor gets for one execution of a run (one lease). */
+export interface RunExecution {
+  run: RunRecord;
+  /** Aborted on cancel, lost lease, or shutdown. Pass it to every upstream call. */
+  signal: AbortSignal;
+  /**
+   * Appends an event to the run's log; returns its sequence. Throws `RunGoneError` when the
+   * run has already ended (cancelled meanwhile), so the executor stops producing.
+   */
+  emit(type: string, payload?: Record<string, unknown>): Promise<number>;
+  /** Persists the executor's own resumable state (read back as `run.state` next time). */
+  checkpoint(state: Record<string, unknown>): Promise<void>;
+  em(): EntityManager;
+}
+
+/**
+ * How an execution ends. `waiting` releases the lease: the run stays `running` with
+ * `waiting = true` until every pending tool call of it is resolved, then any worker resumes it.
+ */
+export type RunOutcome =
+  | { status: 'completed'; payload?: Record<string, unknown> }
+  | { status: 'failed'; error: string }
+  | { status: 'waiting' };
+
+export interface RunExecutor {
+  kind: RunKind;
+  execute(exec: RunExecution): Promise<RunOutcome>;
+}
+
+export class RunGoneError extends Error {
+  override name = 'RunGoneError';
+  constructor(readonly runId: string) {
+    super(`Run ${runId} has ended`);
+  }
+}
