@@ -7,7 +7,6 @@
  * process only drives the load, with keep-alive connections on both paths.
  */
 import { type ChildProcess, fork } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import http from 'node:http';
 import os from 'node:os';
@@ -123,10 +122,8 @@ const fmt = (n: number, d = 2) => n.toFixed(d);
 
 async function main() {
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'bench-chat-'));
-  const apiKey = `svc_ai_${randomBytes(48)
-    .toString('base64url')
-    .replace(/[^A-Za-z0-9]/g, 'a')
-    .slice(0, 64)}`;
+  // A fixed key: re-runs against the same DATABASE_URL reuse the workspace and key.
+  const apiKey = `svc_ai_${'bench'.repeat(13)}0000`.slice(0, 71);
   const upstream = await start('upstream.ts', {});
   const server = await start('server.ts', {
     LOG_LEVEL: 'silent',
@@ -139,6 +136,7 @@ async function main() {
     RATE_LIMIT_CHAT: '100000000',
     LLM_MAX_RETRIES: '0',
   });
+  const bare = await start('bare-proxy.ts', { UPSTREAM_URL: upstream.url });
   const messages = [{ role: 'user', content: 'Write twenty tokens.' }];
   const direct: Target = {
     url: new URL(`${upstream.url}/chat/completions`),
@@ -155,9 +153,23 @@ async function main() {
     headers: { 'content-type': 'application/json', authorization: `Bearer ${apiKey}` },
     body: JSON.stringify({ messages }),
   };
+  const viaBare: Target = {
+    url: new URL(`${bare.url}/chat`),
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ messages }),
+  };
   try {
     await run(direct, WARMUP, 4);
+    await run(viaBare, WARMUP, 4);
     await run(viaChat, WARMUP, 4);
+
+    const b0 = await stats(bare.child);
+    const p1 = await run(viaBare, N1, 1);
+    const b1 = await stats(bare.child);
+    const p50 = await run(viaBare, N50, 50);
+    const b2 = await stats(bare.child);
+    const bareCpu1 = (b1.cpuMicros - b0.cpuMicros) / 1000 / N1;
+    const bareCpu50 = (b2.cpuMicros - b1.cpuMicros) / 1000 / N50;
 
     const d1 = await run(direct, N1, 1);
     const s0 = await stats(server.child);
@@ -181,6 +193,14 @@ async function main() {
       },
       concurrency50: { direct: d50, chat: c50, throughputRatio: c50.rps / d50.rps },
       serverCpuMsPerRequest: { concurrency1: cpu1, concurrency50: cpu50 },
+      bareProxy: {
+        c1: p1,
+        c50: p50,
+        addedTtfbP50Ms: p1.ttfbP50 - d1.ttfbP50,
+        addedTtfbP99Ms: p1.ttfbP99 - d1.ttfbP99,
+        throughputRatio: p50.rps / d50.rps,
+        cpuMsPerRequest: { concurrency1: bareCpu1, concurrency50: bareCpu50 },
+      },
       serverPeakRssMb: s3.maxRssKb / 1024,
     };
     const line = (name: string, r: typeof d1) =>
@@ -189,8 +209,10 @@ async function main() {
     console.log('\n| path | TTFB p50 ms | TTFB p99 ms | total p50 ms | total p99 ms | req/s |');
     console.log('|---|---|---|---|---|---|');
     console.log(line(`direct, c=1 (${N1})`, d1));
+    console.log(line(`bare node:http proxy, c=1`, p1));
     console.log(line(`/chat, c=1 (${N1})`, c1));
     console.log(line(`direct, c=50 (${N50})`, d50));
+    console.log(line(`bare node:http proxy, c=50`, p50));
     console.log(line(`/chat, c=50 (${N50})`, c50));
     console.log(
       `\nadded TTFB at c=1: p50 ${fmt(result.concurrency1.addedTtfbP50Ms)} ms (target ≤ 3), p99 ${fmt(result.concurrency1.addedTtfbP99Ms)} ms (target ≤ 10)`,
@@ -200,10 +222,20 @@ async function main() {
       `server CPU per 20-token stream: ${fmt(cpu1, 3)} ms at c=1, ${fmt(cpu50, 3)} ms at c=50 (target ≤ 1)`,
     );
     console.log(`server peak RSS: ${fmt(result.serverPeakRssMb, 0)} MB`);
+    console.log(
+      `reference, bare proxy: added TTFB p50 ${fmt(result.bareProxy.addedTtfbP50Ms)} ms, p99 ${fmt(result.bareProxy.addedTtfbP99Ms)} ms; throughput ${fmt(result.bareProxy.throughputRatio)} × direct; CPU ${fmt(bareCpu1, 3)} ms (c=1), ${fmt(bareCpu50, 3)} ms (c=50) per stream`,
+    );
+    console.log(
+      `load average during the run: ${os
+        .loadavg()
+        .map((l) => l.toFixed(1))
+        .join(' ')}`,
+    );
     if (process.env.BENCH_JSON) fs.writeFileSync(process.env.BENCH_JSON, JSON.stringify(result, null, 2));
   } finally {
     agent.destroy();
     server.child.disconnect();
+    bare.child.disconnect();
     upstream.child.disconnect();
     await new Promise((r) => server.child.once('exit', r));
     fs.rmSync(dataDir, { recursive: true, force: true });

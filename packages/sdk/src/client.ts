@@ -7,10 +7,13 @@ import {
   APIUserAbortError,
 } from './core/errors.js';
 import { Agents } from './resources/agents.js';
+import { Apps } from './resources/apps.js';
 import { Catalogs } from './resources/catalogs.js';
 import { Chat } from './resources/chat.js';
 import { Sessions } from './resources/sessions.js';
+import { Storage } from './resources/storage.js';
 import type { Me } from './resources/types.js';
+import { WidgetTokens } from './resources/widget-tokens.js';
 
 export interface ClientOptions {
   /** Workspace API key (`svc_ai_…`). Defaults to `process.env.AI_SUITE_API_KEY`. */
@@ -88,6 +91,9 @@ export class AiSuite {
   readonly agents: Agents;
   readonly sessions: Sessions;
   readonly chat: Chat;
+  readonly storage: Storage;
+  readonly apps: Apps;
+  readonly widgetTokens: WidgetTokens;
 
   constructor(opts: ClientOptions = {}) {
     this.apiKey = opts.apiKey ?? (opts.widgetToken ? undefined : env('AI_SUITE_API_KEY'));
@@ -101,6 +107,9 @@ export class AiSuite {
     this.agents = new Agents(this);
     this.sessions = new Sessions(this);
     this.chat = new Chat(this);
+    this.storage = new Storage(this);
+    this.apps = new Apps(this);
+    this.widgetTokens = new WidgetTokens(this);
   }
 
   /** The workspace and key behind the credentials (`GET /me`), fetched once and cached. */

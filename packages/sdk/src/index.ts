@@ -13,7 +13,9 @@ export {
   type ToolHandlerContext,
   type ToolHandlers,
 } from './lib/agent-stream.js';
+export { AppChatStream, AppChatStreamError } from './lib/app-chat-stream.js';
 export type { CreateAgentParams, UpdateAgentParams } from './resources/agents.js';
 export { Chat, ChatStream, type ChatStreamOptions, type ChatStreamParams } from './resources/chat.js';
 export type { SendMessageOptions } from './resources/sessions.js';
+export type { ImportFile, ImportParams, StorageFileType, Uploadable } from './resources/storage.js';
 export type * from './resources/types.js';

@@ -105,8 +105,9 @@ describe('client.chat.stream', () => {
     expect(denied).toBeInstanceOf(PermissionDeniedError);
     expect((denied as PermissionDeniedError).message).toBe('Token limit exceeded');
 
-    const limited = await startTestServerWithFakeModel({ env: { RATE_LIMIT_CHAT: '1' } });
-    const bare = await startTestServer({ db: limited.db, env: { RATE_LIMIT_CHAT: '1' } });
+    const env = { RATE_LIMIT_CHAT: '1', RATE_LIMIT_WINDOW_SECONDS: '100000000' };
+    const limited = await startTestServerWithFakeModel({ env });
+    const bare = await startTestServer({ db: limited.db, env });
     try {
       const w = await createTestWorkspace(limited);
       const c = new AiSuite({ baseURL: limited.url, apiKey: w.apiKey, maxRetries: 0 });

@@ -1,6 +1,8 @@
 import { agentsRouter } from './domains/agents/router.js';
+import { appsRouter } from './domains/apps/router.js';
 import { catalogsRouter } from './domains/catalogs/router.js';
 import { storageRouter } from './domains/storage/router.js';
+import { widgetTokensRouter } from './domains/widget-tokens/router.js';
 import { workspacesRouter } from './domains/workspaces/router.js';
 import { router } from './trpc.js';
 
@@ -10,6 +12,8 @@ export const appRouter = router({
   catalogs: catalogsRouter,
   agents: agentsRouter,
   storage: storageRouter,
+  apps: appsRouter,
+  widgetTokens: widgetTokensRouter,
 });
 
 export type AppRouter = typeof appRouter;

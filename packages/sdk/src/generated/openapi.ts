@@ -305,6 +305,210 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/apps": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List apps
+         * @description Extension: the interface specification presumes apps exist; this manages them.
+         */
+        get: operations["apps-list"];
+        put?: never;
+        /**
+         * Create an app
+         * @description Extension: the interface specification presumes apps exist; this manages them.
+         */
+        post: operations["apps-create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/apps/{appId}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get an app
+         * @description Extension: the interface specification presumes apps exist; this manages them.
+         */
+        get: operations["apps-get"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete an app with its threads and messages
+         * @description Extension: the interface specification presumes apps exist; this manages them.
+         */
+        delete: operations["apps-delete"];
+        options?: never;
+        head?: never;
+        /**
+         * Update an app (only sent fields change; controls are merged)
+         * @description Extension: the interface specification presumes apps exist; this manages them.
+         */
+        patch: operations["apps-update"];
+        trace?: never;
+    };
+    "/apps/{appId}/chat/message": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Send a message to an app and get the reply (a new thread when threadId is omitted)
+         * @description Accepts a workspace API key or a widget token. Stores the user and assistant messages, debits credits (402 `Insufficient credits`).
+         */
+        post: operations["apps-chat"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/apps/{appId}/memory/threads": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List threads (limit default 20, capped at 100) */
+        get: operations["apps-listThreads"];
+        put?: never;
+        /** Create a thread (title default `New Thread`) */
+        post: operations["apps-createThread"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/apps/{appId}/memory/threads/{threadId}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Get a thread */
+        get: operations["apps-getThread"];
+        put?: never;
+        post?: never;
+        /** Archive a thread (never removed) */
+        delete: operations["apps-deleteThread"];
+        options?: never;
+        head?: never;
+        /** Update a thread title or status */
+        patch: operations["apps-updateThread"];
+        trace?: never;
+    };
+    "/apps/{appId}/memory/threads/{threadId}/messages": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Messages of a thread in ascending sequence (limit default 50, capped at 200) */
+        get: operations["apps-listMessages"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/apps/{appId}/memory/save-messages": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Append 1 to 100 messages to a thread without a model call */
+        post: operations["apps-saveMessages"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/apps/{appId}/memory/status": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Thread and message counts of an app */
+        get: operations["apps-memoryStatus"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/widget-tokens": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List widget tokens
+         * @description Extension (spec 5 leaves widget token format and issuance open). Requires an API key: a widget token cannot mint or list tokens.
+         */
+        get: operations["widgetTokens-list"];
+        put?: never;
+        /**
+         * Issue a short-lived widget token for browser calls to the Apps endpoints
+         * @description Extension (spec 5 leaves widget token format and issuance open). Requires an API key: a widget token cannot mint or list tokens.
+         */
+        post: operations["widgetTokens-create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/widget-tokens/{tokenId}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Revoke a widget token (effective on its next request)
+         * @description Extension (spec 5 leaves widget token format and issuance open). Requires an API key: a widget token cannot mint or list tokens.
+         */
+        delete: operations["widgetTokens-revoke"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/chat": {
         parameters: {
             query?: never;
@@ -459,6 +663,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/apps/{appId}/chat/message/stream": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Send a message to an app and stream the reply as server-sent events
+         * @description Each `data:` line carries one JSON event: `token` {content}, then `done` {threadId, turnId, contextWindow, metadata}, or `error` {code, message} (e.g. `MODEL_ERROR`; the user message is kept). Accepts a workspace API key or a widget token.
+         */
+        post: operations["apps-chatStream"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/managed-agents/sessions/{sessionId}/messages": {
         parameters: {
             query?: never;
@@ -570,6 +794,16 @@ export interface components {
             enabledSkillIds?: string[];
             /** @default true */
             enabled: boolean;
+        };
+        AppChatControls: {
+            temperature?: number;
+            maxTokens?: number;
+            maxContextMessages?: number;
+        };
+        ExternalIdentity: {
+            externalUserId?: string;
+            role?: string;
+            anonymousVisitorId?: string;
         };
         ChatRequest: {
             /** @description At least one message; the last must have content. */
@@ -944,6 +1178,258 @@ export interface components {
             repo: string;
             branch: string;
         };
+        App: {
+            id: string;
+            /** @constant */
+            appType: "app";
+            name: string;
+            description: string | null;
+            systemPrompt: string | null;
+            /** @description Model id; null = the default chat model */
+            model: string | null;
+            controls: components["schemas"]["AppChatControlsOutput"];
+            /** @enum {string} */
+            status: "active" | "draft";
+            createdAt: string;
+            updatedAt: string;
+        };
+        AppList: {
+            data: components["schemas"]["App"][];
+            meta: {
+                limit: number;
+                offset: number;
+                total: number;
+            };
+        };
+        AppChatResponse: {
+            threadId: string;
+            turnId: string;
+            content: string;
+            /** @constant */
+            role: "assistant";
+            metadata: {
+                model: string;
+                tokensUsed: {
+                    input: number;
+                    output: number;
+                    total: number;
+                };
+                latencyMs: number;
+            };
+            contextWindow: {
+                /** @description Prompt tokens / the model context window */
+                utilization: number;
+            };
+        };
+        /**
+         * Insufficient credits error (402)
+         * @description The error information
+         * @example {
+         *       "code": "PAYMENT_REQUIRED",
+         *       "message": "Insufficient credits",
+         *       "issues": []
+         *     }
+         */
+        "error.PAYMENT_REQUIRED": {
+            /**
+             * @description The error message
+             * @example Insufficient credits
+             */
+            message: string;
+            /**
+             * @description The error code
+             * @example PAYMENT_REQUIRED
+             */
+            code: string;
+            /**
+             * @description An array of issues that were responsible for the error
+             * @example []
+             */
+            issues?: {
+                message: string;
+            }[];
+        };
+        /**
+         * Rate limit exceeded error (429)
+         * @description The error information
+         * @example {
+         *       "code": "TOO_MANY_REQUESTS",
+         *       "message": "Rate limit exceeded",
+         *       "issues": []
+         *     }
+         */
+        "error.TOO_MANY_REQUESTS": {
+            /**
+             * @description The error message
+             * @example Rate limit exceeded
+             */
+            message: string;
+            /**
+             * @description The error code
+             * @example TOO_MANY_REQUESTS
+             */
+            code: string;
+            /**
+             * @description An array of issues that were responsible for the error
+             * @example []
+             */
+            issues?: {
+                message: string;
+            }[];
+        };
+        /**
+         * AI model error error (502)
+         * @description The error information
+         * @example {
+         *       "code": "BAD_GATEWAY",
+         *       "message": "AI model error",
+         *       "issues": []
+         *     }
+         */
+        "error.BAD_GATEWAY": {
+            /**
+             * @description The error message
+             * @example AI model error
+             */
+            message: string;
+            /**
+             * @description The error code
+             * @example BAD_GATEWAY
+             */
+            code: string;
+            /**
+             * @description An array of issues that were responsible for the error
+             * @example []
+             */
+            issues?: {
+                message: string;
+            }[];
+        };
+        /**
+         * No AI model configured error (503)
+         * @description The error information
+         * @example {
+         *       "code": "SERVICE_UNAVAILABLE",
+         *       "message": "No AI model configured",
+         *       "issues": []
+         *     }
+         */
+        "error.SERVICE_UNAVAILABLE": {
+            /**
+             * @description The error message
+             * @example No AI model configured
+             */
+            message: string;
+            /**
+             * @description The error code
+             * @example SERVICE_UNAVAILABLE
+             */
+            code: string;
+            /**
+             * @description An array of issues that were responsible for the error
+             * @example []
+             */
+            issues?: {
+                message: string;
+            }[];
+        };
+        AppThreadList: {
+            data: components["schemas"]["AppThread"][];
+            meta: {
+                limit: number;
+                offset: number;
+                total: number;
+            };
+        };
+        AppThread: {
+            id: string;
+            app_id: string;
+            workspace_id: string;
+            session_id: string | null;
+            title: string;
+            /** @enum {string} */
+            status: "active" | "archived" | "closed";
+            message_count: number;
+            metadata: {
+                [key: string]: unknown;
+            };
+            created_at: string;
+            updated_at: string;
+        };
+        AppThreadEnvelope: {
+            data: components["schemas"]["AppThread"];
+        };
+        AppThreadDeleted: {
+            /** @constant */
+            success: true;
+            threadId: string;
+        };
+        AppThreadMessageList: {
+            data: components["schemas"]["AppThreadMessage"][];
+            meta: {
+                limit: number;
+                offset: number;
+                total: number;
+            };
+        };
+        AppThreadMessage: {
+            id: string;
+            workspace_id: string;
+            app_id: string;
+            thread_id: string;
+            /** @enum {string} */
+            role: "user" | "assistant" | "system";
+            content: string;
+            sequence_number: number;
+            request_id: string | null;
+            turn_id: string | null;
+            /** @description `success`, `error`, `pending` (turn in progress) or `saved` */
+            provider_status: string;
+            /** @description Set when the turn failed, e.g. `MODEL_ERROR` */
+            error_code: string | null;
+            latency_ms: number;
+            input_tokens: number;
+            output_tokens: number;
+            cost_usd: number;
+            rag_sources: unknown[];
+            metadata: {
+                [key: string]: unknown;
+            };
+            created_at: string;
+        };
+        AppSaveMessagesResult: {
+            saved: number;
+            threadId: string;
+        };
+        AppMemoryStatus: {
+            appId: string;
+            threadCount: number;
+            activeThreadCount: number;
+            messageCount: number;
+        };
+        CreatedWidgetToken: {
+            /** @description The bearer token (`svc_wt_…`), shown only once */
+            token: string;
+            widgetToken: components["schemas"]["WidgetToken"];
+        };
+        WidgetToken: {
+            id: string;
+            /** @enum {string} */
+            scope: "workspace" | "app";
+            appId: string | null;
+            name: string | null;
+            /** @description First characters of the token, for display */
+            prefix: string;
+            /** @description End user the token speaks for; it sees only their threads */
+            subject: string | null;
+            allowedOrigins: string[];
+            maxRequests: number;
+            requestCount: number;
+            expiresAt: string;
+            revokedAt: string | null;
+            lastUsedAt: string | null;
+            createdAt: string;
+        };
         ImportResult: {
             imported: number;
             skipped: number;
@@ -952,6 +1438,34 @@ export interface components {
                 error: string;
             }[];
             fileIds: string[];
+        };
+        AppChatStreamEvent: {
+            /** @constant */
+            type: "token";
+            content: string;
+        } | {
+            /** @constant */
+            type: "done";
+            threadId: string;
+            turnId: string;
+            contextWindow: {
+                /** @description Prompt tokens / the model context window */
+                utilization: number;
+            };
+            metadata: {
+                model: string;
+                tokensUsed: {
+                    input: number;
+                    output: number;
+                    total: number;
+                };
+                latencyMs: number;
+            };
+        } | {
+            /** @constant */
+            type: "error";
+            code: string;
+            message: string;
         };
         /** @description Standard error body of every failed request. */
         ErrorBody: {
@@ -973,6 +1487,11 @@ export interface components {
             enabledSkillIds?: string[];
             /** @default true */
             enabled: boolean;
+        };
+        AppChatControlsOutput: {
+            temperature?: number;
+            maxTokens?: number;
+            maxContextMessages?: number;
         };
     };
     responses: never;
@@ -2532,6 +3051,848 @@ export interface operations {
             };
         };
     };
+    "apps-list": {
+        parameters: {
+            query?: {
+                limit?: number;
+                offset?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AppList"];
+                };
+            };
+            /** @description Invalid input data */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Insufficient access */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Pack not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal server error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "apps-create": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    name: string;
+                    description?: string | null;
+                    systemPrompt?: string | null;
+                    model?: string | null;
+                    controls?: components["schemas"]["AppChatControls"];
+                    /** @enum {string} */
+                    status?: "active" | "draft";
+                };
+            };
+        };
+        responses: {
+            /** @description Successful response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        app: components["schemas"]["App"];
+                    };
+                };
+            };
+            /** @description Invalid input data */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Insufficient access */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal server error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "apps-get": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                appId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        app: components["schemas"]["App"];
+                    };
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "apps-delete": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                appId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @constant */
+                        deleted: true;
+                        id: string;
+                    };
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "apps-update": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                appId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    name?: string;
+                    description?: string | null;
+                    systemPrompt?: string | null;
+                    model?: string | null;
+                    controls?: components["schemas"]["AppChatControls"];
+                    /** @enum {string} */
+                    status?: "active" | "draft";
+                };
+            };
+        };
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        app: components["schemas"]["App"];
+                    };
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "apps-chat": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                appId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    message: string;
+                    role: string;
+                    threadId?: string;
+                    sessionId?: string;
+                    lessonContext?: {
+                        [key: string]: unknown;
+                    };
+                    sessionContext?: {
+                        [key: string]: unknown;
+                    };
+                    pageContext?: {
+                        [key: string]: unknown;
+                    };
+                    chatHistory?: {
+                        role: string;
+                        content: string;
+                    }[];
+                    controls?: components["schemas"]["AppChatControls"];
+                    externalIdentity?: components["schemas"]["ExternalIdentity"];
+                };
+            };
+        };
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AppChatResponse"];
+                };
+            };
+            /** @description Invalid input data */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Insufficient credits */
+            402: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Pack not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Rate limit exceeded */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description AI model error */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No AI model configured */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "apps-listThreads": {
+        parameters: {
+            query?: {
+                limit?: number;
+                offset?: number;
+                status?: "active" | "archived" | "closed";
+            };
+            header?: never;
+            path: {
+                appId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AppThreadList"];
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "apps-createThread": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                appId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    title?: string;
+                    metadata?: {
+                        [key: string]: unknown;
+                    };
+                    sessionId?: string;
+                };
+            };
+        };
+        responses: {
+            /** @description Successful response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AppThreadEnvelope"];
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "apps-getThread": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                appId: string;
+                threadId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AppThreadEnvelope"];
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Pack not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "apps-deleteThread": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                appId: string;
+                threadId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AppThreadDeleted"];
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Pack not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "apps-updateThread": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                appId: string;
+                threadId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    title?: string;
+                    /** @enum {string} */
+                    status?: "active" | "archived" | "closed";
+                };
+            };
+        };
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AppThreadEnvelope"];
+                };
+            };
+            /** @description Invalid input data */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Pack not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "apps-listMessages": {
+        parameters: {
+            query?: {
+                limit?: number;
+                offset?: number;
+            };
+            header?: never;
+            path: {
+                appId: string;
+                threadId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AppThreadMessageList"];
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Pack not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "apps-saveMessages": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                appId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    threadId: string;
+                    messages: {
+                        /** @enum {string} */
+                        role: "user" | "assistant";
+                        content: string;
+                        requestId?: string;
+                        turnId?: string;
+                        metadata?: {
+                            [key: string]: unknown;
+                        };
+                    }[];
+                };
+            };
+        };
+        responses: {
+            /** @description Successful response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AppSaveMessagesResult"];
+                };
+            };
+            /** @description Invalid input data */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Pack not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "apps-memoryStatus": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                appId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AppMemoryStatus"];
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "widgetTokens-list": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        data: components["schemas"]["WidgetToken"][];
+                    };
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Insufficient access */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal server error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "widgetTokens-create": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /** @description Scope the token to one app; omitted = every app of the workspace */
+                    appId?: string;
+                    name?: string;
+                    /** @description End-user id; threads created with the token carry it as metadata.external_user_id */
+                    subject?: string;
+                    allowedOrigins?: string[];
+                    ttlSeconds?: number;
+                    maxRequests?: number;
+                };
+            };
+        };
+        responses: {
+            /** @description Successful response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CreatedWidgetToken"];
+                };
+            };
+            /** @description Pack not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "widgetTokens-revoke": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                tokenId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @constant */
+                        revoked: true;
+                        widgetToken: components["schemas"]["WidgetToken"];
+                    };
+                };
+            };
+            /** @description Pack not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
     "storage-signed-object": {
         parameters: {
             query: {
@@ -2684,6 +4045,88 @@ export interface operations {
             };
             /** @description `File <name> exceeds the 500 MB upload limit`, or archive bounds exceeded */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "apps-chatStream": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                appId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    message: string;
+                    role: string;
+                    threadId?: string;
+                    sessionId?: string;
+                    lessonContext?: {
+                        [key: string]: unknown;
+                    };
+                    sessionContext?: {
+                        [key: string]: unknown;
+                    };
+                    pageContext?: {
+                        [key: string]: unknown;
+                    };
+                    chatHistory?: {
+                        role: string;
+                        content: string;
+                    }[];
+                    controls?: components["schemas"]["AppChatControls"];
+                    externalIdentity?: components["schemas"]["ExternalIdentity"];
+                };
+            };
+        };
+        responses: {
+            /** @description A `text/event-stream` of JSON events */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": components["schemas"]["AppChatStreamEvent"];
+                };
+            };
+            /** @description message is required */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Unauthorized or app not found */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Insufficient credits */
+            402: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Thread not found */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };

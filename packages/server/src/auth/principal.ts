@@ -11,4 +11,6 @@ export interface Principal {
   appId?: string;
   /** Set for widget tokens: the token's id, for per-token caps. */
   widgetTokenId?: string;
+  /** Set for widget tokens bound to one end user: only that user's threads are visible. */
+  widgetSubject?: string;
 }

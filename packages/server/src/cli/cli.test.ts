@@ -4,7 +4,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { LOCK_FILE } from '../db/embedded.js';
 import { createServer } from '../server.js';
-import { startTestServer } from '../test/harness.js';
+import { createTestDatabase, startTestServer } from '../test/harness.js';
 import { type CliResult, runCliProcess } from '../test/spawn.js';
 
 /**
@@ -13,6 +13,8 @@ import { type CliResult, runCliProcess } from '../test/spawn.js';
  * through its socket; with DATABASE_URL both talk to the PostgreSQL server.
  */
 const onServer = Boolean(process.env.DATABASE_URL);
+/** Each CLI run is a fresh Node process loading the ORM: generous on a busy machine. */
+const SLOW = 300_000;
 
 interface Target {
   url: string;
@@ -40,7 +42,7 @@ beforeAll(async () => {
     expect(server.deps.db.embedded).toBeDefined(); // this process owns the data directory
     target = { url, cliEnv: { DATA_DIR: dataDir }, em: () => server.deps.em(), close: () => server.close() };
   }
-}, 120_000);
+}, SLOW);
 
 afterAll(async () => {
   await target?.close();
@@ -84,201 +86,246 @@ describe(`operator CLI round trips (${onServer ? 'PostgreSQL server' : 'embedded
   let key: string;
   let keyId: string;
 
-  it('creates and lists workspaces', async () => {
-    const created = json<{ workspace: WorkspaceJson }>(
-      await cli(
-        'workspace',
-        'create',
-        'Cli Corp',
-        '--credits-usd',
-        '12.50',
-        '--monthly-token-quota',
-        '5000',
-        '--json',
-      ),
-    );
-    ws = created.workspace;
-    expect(ws).toMatchObject({
-      name: 'Cli Corp',
-      status: 'active',
-      monthlyTokenQuota: 5000,
-      creditBalanceUsd: 12.5,
-    });
-    // The running server sees it: the CLI wrote to the same database.
-    const rows = await target
-      .em()
-      .execute<{ name: string }[]>('select name from workspaces where id = ?', [ws.id]);
-    expect(rows).toEqual([{ name: 'Cli Corp' }]);
-
-    const listed = json<{ workspaces: WorkspaceJson[] }>(await cli('workspace', 'list', '--json'));
-    expect(listed.workspaces.map((w) => w.id)).toContain(ws.id);
-    const human = await cli('workspace', 'list');
-    expect(human.code).toBe(0);
-    expect(human.stdout).toMatch(/^ID\s+NAME\s+STATUS\s+CREDITS/);
-    expect(human.stdout).toContain('Cli Corp');
-  }, 90_000);
-
-  it('creates a key that the running server accepts, shown once and listed without the key', async () => {
-    const created = json<{ key: string; apiKey: KeyJson }>(
-      await cli('key', 'create', 'cli corp', '--name', 'ci', '--json'),
-    );
-    key = created.key;
-    keyId = created.apiKey.id;
-    expect(key).toMatch(/^svc_ai_[A-Za-z0-9]{64}$/);
-    expect(created.apiKey).toMatchObject({ name: 'ci', workspaceId: ws.id, revokedAt: null });
-
-    const res = await me(key);
-    expect(res.status).toBe(200);
-    expect(await res.json()).toEqual({
-      workspace: { id: ws.id, name: 'Cli Corp' },
-      apiKey: { id: keyId, name: 'ci' },
-    });
-
-    const list = await cli('key', 'list', ws.id, '--json');
-    expect(list.stdout).not.toContain(key.slice(11));
-    expect(json<{ apiKeys: KeyJson[] }>(list).apiKeys).toEqual([
-      expect.objectContaining({ id: keyId, name: 'ci', prefix: `${key.slice(0, 11)}…` }),
-    ]);
-  }, 90_000);
-
-  it('grants credits, sets the quota, creates an app and adds a user', async () => {
-    const granted = json<{ workspaceId: string; grantedUsd: number; creditBalanceUsd: number }>(
-      await cli('credits', 'grant', 'Cli Corp', '2.5', '--json'),
-    );
-    expect(granted).toEqual({ workspaceId: ws.id, grantedUsd: 2.5, creditBalanceUsd: 15 });
-
-    const quota = json<{ workspace: WorkspaceJson }>(await cli('quota', 'set', ws.id, 'unlimited', '--json'));
-    expect(quota.workspace.monthlyTokenQuota).toBeNull();
-
-    const app = json<{
-      app: { id: string; name: string; model: string | null; systemPrompt: string | null };
-    }>(
-      await cli(
-        'app',
-        'create',
-        ws.id,
-        'Helper',
-        '--system-prompt',
-        'Be brief.',
-        '--model',
-        'gpt-test',
-        '--json',
-      ),
-    );
-    expect(app.app).toMatchObject({ name: 'Helper', model: 'gpt-test', systemPrompt: 'Be brief.' });
-    const apps = await target
-      .em()
-      .execute<{ workspace_id: string; system_prompt: string; model_id: string }[]>(
-        'select workspace_id, system_prompt, model_id from apps where id = ?',
-        [app.app.id],
+  it(
+    'creates and lists workspaces',
+    async () => {
+      const created = json<{ workspace: WorkspaceJson }>(
+        await cli(
+          'workspace',
+          'create',
+          'Cli Corp',
+          '--credits-usd',
+          '12.50',
+          '--monthly-token-quota',
+          '5000',
+          '--json',
+        ),
       );
-    expect(apps).toEqual([{ workspace_id: ws.id, system_prompt: 'Be brief.', model_id: 'gpt-test' }]);
+      ws = created.workspace;
+      expect(ws).toMatchObject({
+        name: 'Cli Corp',
+        status: 'active',
+        monthlyTokenQuota: 5000,
+        creditBalanceUsd: 12.5,
+      });
+      // The running server sees it: the CLI wrote to the same database.
+      const rows = await target
+        .em()
+        .execute<{ name: string }[]>('select name from workspaces where id = ?', [ws.id]);
+      expect(rows).toEqual([{ name: 'Cli Corp' }]);
 
-    const user = json<{ user: { email: string; created: boolean }; membership: { role: string } }>(
-      await cli(
-        'user',
-        'add',
-        ws.id,
-        'Ops@Example.test',
-        '--role',
-        'admin',
-        '--password',
-        'pw-123456',
-        '--json',
-      ),
-    );
-    expect(user).toMatchObject({
-      user: { email: 'ops@example.test', created: true },
-      membership: { role: 'admin' },
-    });
-    const [row] = await target
-      .em()
-      .execute<{ password_hash: string }[]>(
-        "select password_hash from users where email = 'ops@example.test'",
+      const listed = json<{ workspaces: WorkspaceJson[] }>(await cli('workspace', 'list', '--json'));
+      expect(listed.workspaces.map((w) => w.id)).toContain(ws.id);
+    },
+    SLOW,
+  );
+
+  it(
+    'creates a key that the running server accepts, shown once',
+    async () => {
+      const created = json<{ key: string; apiKey: KeyJson }>(
+        await cli('key', 'create', 'cli corp', '--name', 'ci', '--json'),
       );
-    expect(row?.password_hash).toMatch(/^\$argon2id\$/);
-  }, 90_000);
+      key = created.key;
+      keyId = created.apiKey.id;
+      expect(key).toMatch(/^svc_ai_[A-Za-z0-9]{64}$/);
+      expect(created.apiKey).toMatchObject({ name: 'ci', workspaceId: ws.id, revokedAt: null });
 
-  it('prints a created key alone on stdout and revokes keys', async () => {
-    const human = await cli('key', 'create', 'Cli Corp', '--as', 'ops@example.test');
-    expect(human.code).toBe(0);
-    expect(human.stdout).toMatch(/^svc_ai_[A-Za-z0-9]{64}\n$/);
-    expect(human.stderr).toContain('shown only once');
+      const res = await me(key);
+      expect(res.status).toBe(200);
+      expect(await res.json()).toEqual({
+        workspace: { id: ws.id, name: 'Cli Corp' },
+        apiKey: { id: keyId, name: 'ci' },
+      });
+      expect(created.apiKey.prefix).toBe(`${key.slice(0, 11)}…`);
+    },
+    SLOW,
+  );
 
-    const revoked = json<{ apiKey: KeyJson }>(await cli('key', 'revoke', 'Cli Corp', keyId, '--json'));
-    expect(revoked.apiKey.revokedAt).not.toBeNull();
-    const res = await me(key);
-    expect(res.status).toBe(401);
-    expect(await res.json()).toEqual({ error: 'Invalid API key' });
-    const active = json<{ apiKeys: KeyJson[] }>(await cli('key', 'list', 'Cli Corp', '--json'));
-    expect(active.apiKeys.map((k) => k.id)).not.toContain(keyId);
-    const all = json<{ apiKeys: KeyJson[] }>(await cli('key', 'list', 'Cli Corp', '--all', '--json'));
-    expect(all.apiKeys.map((k) => k.id)).toContain(keyId);
-  }, 90_000);
+  it(
+    'grants credits, sets the quota, creates an app and adds a user',
+    async () => {
+      const granted = json<{ workspaceId: string; grantedUsd: number; creditBalanceUsd: number }>(
+        await cli('credits', 'grant', 'Cli Corp', '2.5', '--json'),
+      );
+      expect(granted).toEqual({ workspaceId: ws.id, grantedUsd: 2.5, creditBalanceUsd: 15 });
 
-  it('fails with one clear line and exit code 1 when the command cannot be done', async () => {
-    const [dup, missing, badKey, member, jsonErr] = await Promise.all([
-      cli('workspace', 'create', 'cli CORP'),
-      cli('credits', 'grant', 'No Such Co', '5'),
-      cli('key', 'revoke', 'Cli Corp', 'not-a-key-id'),
-      cli('key', 'create', 'Cli Corp', '--as', 'nobody@example.test'),
-      cli('workspace', 'create', 'Cli Corp', '--json'),
-    ]);
-    expectOneLineError(dup, 1, 'error: Workspace "cli CORP" already exists');
-    expectOneLineError(missing, 1, 'error: Workspace not found: No Such Co');
-    expectOneLineError(badKey, 1, 'error: API key not found');
-    expectOneLineError(member, 1, 'error: User not found: nobody@example.test');
-    expect(JSON.parse(jsonErr.stderr)).toEqual({ error: 'Workspace "Cli Corp" already exists' });
-  }, 90_000);
+      const quota = json<{ workspace: WorkspaceJson }>(
+        await cli('quota', 'set', ws.id, 'unlimited', '--json'),
+      );
+      expect(quota.workspace.monthlyTokenQuota).toBeNull();
 
-  it('rejects bad input with one clear line and exit code 2, before touching the database', async () => {
-    const [amount, zero, quota, email, role, unknown, missingArg, config] = await Promise.all([
-      cli('credits', 'grant', 'Cli Corp', 'ten'),
-      cli('credits', 'grant', 'Cli Corp', '0'),
-      cli('quota', 'set', 'Cli Corp', '-1'),
-      cli('user', 'add', 'Cli Corp', 'not-an-email'),
-      cli('user', 'add', 'Cli Corp', 'x@example.test', '--role', 'god'),
-      cli('frobnicate'),
-      cli('key', 'revoke', 'Cli Corp'),
-      runCliProcess(['workspace', 'list'], { ...target.cliEnv, LOG_LEVEL: 'loud' }),
-    ]);
-    expectOneLineError(amount, 2, /Invalid amount "ten"/);
-    expectOneLineError(zero, 2, /Credit amount must be greater than zero/);
-    expectOneLineError(quota, 2, /Invalid token quota "-1"/);
-    expectOneLineError(email, 2, /Invalid email "not-an-email"/);
-    expectOneLineError(role, 2, /Allowed choices are owner, admin, member/);
-    expectOneLineError(unknown, 2, /unknown command 'frobnicate'/);
-    expectOneLineError(missingArg, 2, /missing required argument 'keyId'/);
-    expectOneLineError(config, 2, /Invalid configuration: LOG_LEVEL/);
-  }, 90_000);
+      const app = json<{
+        app: { id: string; name: string; model: string | null; systemPrompt: string | null };
+      }>(
+        await cli(
+          'app',
+          'create',
+          ws.id,
+          'Helper',
+          '--system-prompt',
+          'Be brief.',
+          '--model',
+          'gpt-test',
+          '--json',
+        ),
+      );
+      expect(app.app).toMatchObject({ name: 'Helper', model: 'gpt-test', systemPrompt: 'Be brief.' });
+      const apps = await target
+        .em()
+        .execute<{ workspace_id: string; system_prompt: string; model_id: string }[]>(
+          'select workspace_id, system_prompt, model_id from apps where id = ?',
+          [app.app.id],
+        );
+      expect(apps).toEqual([{ workspace_id: ws.id, system_prompt: 'Be brief.', model_id: 'gpt-test' }]);
+
+      const user = json<{ user: { email: string; created: boolean }; membership: { role: string } }>(
+        await cli(
+          'user',
+          'add',
+          ws.id,
+          'Ops@Example.test',
+          '--role',
+          'admin',
+          '--password',
+          'pw-123456',
+          '--json',
+        ),
+      );
+      expect(user).toMatchObject({
+        user: { email: 'ops@example.test', created: true },
+        membership: { role: 'admin' },
+      });
+      const [row] = await target
+        .em()
+        .execute<{ password_hash: string }[]>(
+          "select password_hash from users where email = 'ops@example.test'",
+        );
+      expect(row?.password_hash).toMatch(/^\$argon2id\$/);
+    },
+    SLOW,
+  );
+
+  it(
+    'prints a created key alone on stdout and revokes keys',
+    async () => {
+      const human = await cli('key', 'create', 'Cli Corp', '--as', 'ops@example.test');
+      expect(human.code).toBe(0);
+      expect(human.stdout).toMatch(/^svc_ai_[A-Za-z0-9]{64}\n$/);
+      expect(human.stderr).toContain('shown only once');
+
+      const revoked = json<{ apiKey: KeyJson }>(await cli('key', 'revoke', 'Cli Corp', keyId, '--json'));
+      expect(revoked.apiKey.revokedAt).not.toBeNull();
+      const res = await me(key);
+      expect(res.status).toBe(401);
+      expect(await res.json()).toEqual({ error: 'Invalid API key' });
+      const all = await cli('key', 'list', 'Cli Corp', '--all', '--json');
+      expect(all.stdout).not.toContain(key.slice(11)); // listings never show the key
+      expect(json<{ apiKeys: KeyJson[] }>(all).apiKeys).toContainEqual(
+        expect.objectContaining({
+          id: keyId,
+          name: 'ci',
+          prefix: `${key.slice(0, 11)}…`,
+          revokedAt: expect.any(String),
+        }),
+      );
+    },
+    SLOW,
+  );
+
+  it(
+    'fails with one clear line and exit code 1 when the command cannot be done',
+    async () => {
+      const [dup, missing, badKey, member, jsonErr] = await Promise.all([
+        cli('workspace', 'create', 'cli CORP'),
+        cli('credits', 'grant', 'No Such Co', '5'),
+        cli('key', 'revoke', 'Cli Corp', 'not-a-key-id'),
+        cli('key', 'create', 'Cli Corp', '--as', 'nobody@example.test'),
+        cli('workspace', 'create', 'Cli Corp', '--json'),
+      ]);
+      expectOneLineError(dup, 1, 'error: Workspace "cli CORP" already exists');
+      expectOneLineError(missing, 1, 'error: Workspace not found: No Such Co');
+      expectOneLineError(badKey, 1, 'error: API key not found');
+      expectOneLineError(member, 1, 'error: User not found: nobody@example.test');
+      expect(JSON.parse(jsonErr.stderr)).toEqual({ error: 'Workspace "Cli Corp" already exists' });
+    },
+    SLOW,
+  );
+
+  it(
+    'rejects bad input with one clear line and exit code 2, before touching the database',
+    async () => {
+      const [amount, quota, email, role, unknown, missingArg, config] = await Promise.all([
+        cli('credits', 'grant', 'Cli Corp', 'ten'),
+        cli('quota', 'set', 'Cli Corp', '-1'),
+        cli('user', 'add', 'Cli Corp', 'not-an-email'),
+        cli('user', 'add', 'Cli Corp', 'x@example.test', '--role', 'god'),
+        cli('frobnicate'),
+        cli('key', 'revoke', 'Cli Corp'),
+        runCliProcess(['workspace', 'list'], { ...target.cliEnv, LOG_LEVEL: 'loud' }),
+      ]);
+      expectOneLineError(amount, 2, /Invalid amount "ten"/);
+      expectOneLineError(quota, 2, /Invalid token quota "-1"/);
+      expectOneLineError(email, 2, /Invalid email "not-an-email"/);
+      expectOneLineError(role, 2, /Allowed choices are owner, admin, member/);
+      expectOneLineError(unknown, 2, /unknown command 'frobnicate'/);
+      expectOneLineError(missingArg, 2, /missing required argument 'keyId'/);
+      expectOneLineError(config, 2, /Invalid configuration: LOG_LEVEL/);
+    },
+    SLOW,
+  );
 });
 
-describe.runIf(!onServer)('operator CLI and the embedded database owner', () => {
-  it('refuses to work on a schema the running server does not have, without migrating it', async () => {
-    const em = target.em();
-    const [last] = await em.execute<{ id: number; name: string; executed_at: Date }[]>(
-      'select id, name, executed_at from mikro_orm_migrations order by id desc limit 1',
+describe('operator CLI without a running server', () => {
+  if (!onServer) {
+    it(
+      'refuses a schema the running server does not have, without migrating it',
+      async () => {
+        const em = target.em();
+        const [last] = await em.execute<{ id: number; name: string; executed_at: Date }[]>(
+          'select id, name, executed_at from mikro_orm_migrations order by id desc limit 1',
+        );
+        await em.execute('delete from mikro_orm_migrations where id = ?', [last?.id]);
+        try {
+          const r = await cli('workspace', 'list');
+          expectOneLineError(r, 1, /runs an older schema \(1 migration\(s\) pending\): restart it/);
+          const rows = await em.execute('select 1 from mikro_orm_migrations where name = ?', [last?.name]);
+          expect(rows).toHaveLength(0); // the CLI did not migrate behind the server's back
+        } finally {
+          await em.execute('insert into mikro_orm_migrations (id, name, executed_at) values (?, ?, ?)', [
+            last?.id,
+            last?.name,
+            last?.executed_at,
+          ]);
+        }
+      },
+      SLOW,
     );
-    await em.execute('delete from mikro_orm_migrations where id = ?', [last?.id]);
-    try {
-      const r = await cli('workspace', 'list');
-      expectOneLineError(r, 1, /runs an older schema \(1 migration\(s\) pending\): restart it/);
-      const rows = await em.execute('select 1 from mikro_orm_migrations where name = ?', [last?.name]);
-      expect(rows).toHaveLength(0); // the CLI did not migrate behind the server's back
-    } finally {
-      await em.execute('insert into mikro_orm_migrations (id, name, executed_at) values (?, ?, ?)', [
-        last?.id,
-        last?.name,
-        last?.executed_at,
-      ]);
-    }
-  }, 90_000);
+  }
 
-  it('opens the data directory itself once the server has stopped, and releases it', async () => {
-    await target.close();
-    expect(fs.existsSync(path.join(dataDir as string, LOCK_FILE))).toBe(false);
-    const listed = json<{ workspaces: WorkspaceJson[] }>(await cli('workspace', 'list', '--json'));
-    expect(listed.workspaces.map((w) => w.name)).toContain('Cli Corp');
-    expect(fs.existsSync(path.join(dataDir as string, LOCK_FILE))).toBe(false);
-  }, 90_000);
+  it(
+    onServer
+      ? 'migrates a fresh PostgreSQL database by itself'
+      : 'opens the data directory itself once the server has stopped, and releases it',
+    async () => {
+      if (onServer) {
+        const fresh = await createTestDatabase();
+        try {
+          const r = json<{ workspaces: WorkspaceJson[] }>(
+            await runCliProcess(['workspace', 'list', '--json'], { DATABASE_URL: fresh.databaseUrl }),
+          );
+          expect(r).toEqual({ workspaces: [] });
+        } finally {
+          await fresh.drop();
+        }
+        return;
+      }
+      await target.close();
+      expect(fs.existsSync(path.join(dataDir as string, LOCK_FILE))).toBe(false);
+      const listed = json<{ workspaces: WorkspaceJson[] }>(await cli('workspace', 'list', '--json'));
+      expect(listed.workspaces.map((w) => w.name)).toContain('Cli Corp');
+      expect(fs.existsSync(path.join(dataDir as string, LOCK_FILE))).toBe(false);
+    },
+    SLOW,
+  );
 });

@@ -117,6 +117,7 @@ export function buildProgram(io: CliIo, json: boolean): Command {
         databaseUrl: config.databaseUrl,
         dataDir: config.dataDir,
         poolMax: 2,
+        as: 'cli',
       });
       try {
         const em = db.orm.em.fork() as unknown as EntityManager;

@@ -26,6 +26,8 @@ export const LOCK_FILE = 'embedded-pg.lock.json';
 
 export interface LockInfo {
   pid: number;
+  /** `cli` for a short-lived operator command, which a starting server waits out. */
+  kind?: 'server' | 'cli';
   socketDir: string;
   port: number;
   startedAt: string;
@@ -71,6 +73,12 @@ function readLock(lockPath: string): LockInfo | undefined {
   } catch {
     return undefined;
   }
+}
+
+/** The live holder of `dataDir`'s lock, listening or not (undefined when free or stale). */
+export function lockHolder(dataDir: string): LockInfo | undefined {
+  const info = readLock(path.join(dataDir, LOCK_FILE));
+  return info && info.pid !== process.pid && isAlive(info.pid) ? info : undefined;
 }
 
 export interface FindOwnerOptions {
@@ -132,6 +140,8 @@ export interface StartEmbeddedOptions {
   /** A data-dir tarball to start from (tests start from a migrated template). */
   loadDataDir?: Blob;
   maxConnections?: number;
+  /** Recorded in the lock file (default `server`). */
+  ownerKind?: 'server' | 'cli';
 }
 
 export async function startEmbeddedPostgres(opts: StartEmbeddedOptions): Promise<EmbeddedPostgres> {
@@ -145,6 +155,7 @@ export async function startEmbeddedPostgres(opts: StartEmbeddedOptions): Promise
   if (opts.dataDir) {
     release = acquireLock(opts.dataDir, {
       pid: process.pid,
+      kind: opts.ownerKind ?? 'server',
       socketDir,
       port: EMBEDDED_PORT,
       startedAt: new Date().toISOString(),

@@ -1,14 +1,22 @@
 import { MikroORM } from '@mikro-orm/core';
 import { Migrator } from '@mikro-orm/migrations';
 import { PostgreSqlDriver } from '@mikro-orm/postgresql';
+import { appsEntities } from '../domains/apps/entities.js';
 import { storageEntities } from '../domains/storage/entities.js';
+import { widgetTokenEntities } from '../domains/widget-tokens/entities.js';
 import { foundationEntities } from '../domains/workspaces/entities.js';
 import { meteringEntities } from '../metering/entities.js';
-import { type EmbeddedPostgres, findEmbeddedOwner, startEmbeddedPostgres } from './embedded.js';
+import { type EmbeddedPostgres, findEmbeddedOwner, lockHolder, startEmbeddedPostgres } from './embedded.js';
 import { migrationsList } from './migrations/index.js';
 
 /** Every entity of every domain. Domains append theirs here. */
-export const allEntities = [...foundationEntities, ...meteringEntities, ...storageEntities];
+export const allEntities = [
+  ...foundationEntities,
+  ...meteringEntities,
+  ...storageEntities,
+  ...appsEntities,
+  ...widgetTokenEntities,
+];
 
 export type Orm = MikroORM<PostgreSqlDriver>;
 
@@ -39,7 +47,15 @@ export interface OpenDatabaseOptions {
   migrate?: boolean;
   poolMax?: number;
   debug?: boolean;
+  /**
+   * Who opens the embedded database (default `server`). A server that finds the data
+   * directory held by a CLI command waits for it to finish and then becomes the owner, rather
+   * than attaching to a process about to exit.
+   */
+  as?: 'server' | 'cli';
 }
+
+const CLI_WAIT_MS = 60_000;
 
 async function initOrm(
   connection: { clientUrl: string } | { host: string; port: number },
@@ -88,12 +104,25 @@ export async function openDatabase(opts: OpenDatabaseOptions): Promise<Database>
     orm = await initOrm({ host: opts.embedded.socketDir, port: opts.embedded.port }, poolMax, debug);
   } else {
     if (!opts.dataDir) throw new Error('openDatabase needs databaseUrl, dataDir or embedded');
+    const deadline = Date.now() + CLI_WAIT_MS;
+    for (
+      let holder = lockHolder(opts.dataDir);
+      holder?.kind === 'cli' && (opts.as ?? 'server') === 'server';
+    ) {
+      if (Date.now() > deadline) {
+        throw new Error(
+          `The embedded database in ${opts.dataDir} is held by an operator CLI command (pid ${holder.pid}); start again when it has finished.`,
+        );
+      }
+      await new Promise((r) => setTimeout(r, 200));
+      holder = lockHolder(opts.dataDir);
+    }
     const owner = await findEmbeddedOwner(opts.dataDir);
     if (owner) {
       attached = true;
       orm = await initOrm({ host: owner.socketDir, port: owner.port }, poolMax, debug);
     } else {
-      owned = await startEmbeddedPostgres({ dataDir: opts.dataDir });
+      owned = await startEmbeddedPostgres({ dataDir: opts.dataDir, ownerKind: opts.as ?? 'server' });
       try {
         orm = await initOrm({ host: owned.socketDir, port: owned.port }, poolMax, debug);
       } catch (err) {

@@ -2,6 +2,7 @@ import type { Router } from 'express';
 import type { ZodOpenApiPathsObject } from 'zod-openapi';
 import type { ServerDeps } from '../context.js';
 import { agentRoutes } from '../domains/agents/routes.js';
+import { appsRawRoutes } from '../domains/apps/routes.js';
 import { chatRoutes } from '../domains/chat/routes.js';
 import { storageRoutes } from '../domains/storage/routes.js';
 
@@ -17,4 +18,4 @@ export interface RawRouteModule {
 }
 
 /** Every raw route module. Domains append theirs here. */
-export const rawRouteModules: RawRouteModule[] = [chatRoutes, storageRoutes, agentRoutes];
+export const rawRouteModules: RawRouteModule[] = [chatRoutes, storageRoutes, appsRawRoutes, agentRoutes];

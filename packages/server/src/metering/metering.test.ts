@@ -13,6 +13,8 @@ beforeAll(async () => {
       CHAT_MODEL_INPUT_PRICE_PER_MTOK: '1',
       CHAT_MODEL_OUTPUT_PRICE_PER_MTOK: '2',
       RATE_LIMIT_CHAT: '3',
+      // A window far longer than the test, so no window boundary falls between its requests.
+      RATE_LIMIT_WINDOW_SECONDS: '100000000',
     },
   });
   metering = ts.server.deps.metering as PgMetering;
@@ -190,7 +192,10 @@ describe('token quota and usage records', () => {
 describe('rate limits', () => {
   it('allows the configured number per window, then 429 with Retry-After and RateLimit headers, across processes', async () => {
     const ws = await createTestWorkspace(ts);
-    const second = await startTestServer({ db: ts.db, env: { RATE_LIMIT_CHAT: '3' } });
+    const second = await startTestServer({
+      db: ts.db,
+      env: { RATE_LIMIT_CHAT: '3', RATE_LIMIT_WINDOW_SECONDS: '100000000' },
+    });
     try {
       const other = second.server.deps.metering;
       const h1 = await metering.rateLimit(ws.workspaceId, 'chat');

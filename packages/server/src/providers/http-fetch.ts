@@ -7,17 +7,26 @@ const NULL_BODY = new Set([101, 103, 204, 205, 304]);
 /**
  * A minimal `fetch` for the `openai` SDK on Node's own HTTP client (keep-alive agents, the
  * native llhttp parser). The global `fetch` (undici) costs several times more CPU per streamed
- * reply, which is most of the gateway's overhead on `/chat`. Supports what the SDK uses:
- * method, headers, a string/bytes body, `signal` (abort before and during the body).
+ * reply, which is most of the gateway's overhead on `/chat`. Handles what the SDK sends for
+ * chat and embeddings (method, headers, a string/bytes body, `signal` before and during the
+ * body); anything else (streamed or multipart bodies) goes to the global fetch.
  */
 export function createHttpFetch(opts: { maxSockets?: number } = {}): typeof fetch {
   const agents = {
     'http:': new http.Agent({ keepAlive: true, maxSockets: opts.maxSockets ?? 256 }),
     'https:': new https.Agent({ keepAlive: true, maxSockets: opts.maxSockets ?? 256 }),
   };
-  return ((input: string | URL | Request, init: RequestInit = {}) =>
-    new Promise<Response>((resolve, reject) => {
-      const url = new URL(typeof input === 'string' || input instanceof URL ? input : input.url);
+  const plainBody = (b: unknown) =>
+    b === undefined ||
+    b === null ||
+    typeof b === 'string' ||
+    b instanceof Uint8Array ||
+    b instanceof ArrayBuffer;
+  return ((input: string | URL | Request, init: RequestInit = {}) => {
+    // Streams, FormData (file uploads) and Request objects: leave them to the global fetch.
+    if (input instanceof Request || !plainBody(init.body)) return fetch(input, init);
+    return new Promise<Response>((resolve, reject) => {
+      const url = new URL(input);
       const mod = url.protocol === 'https:' ? https : http;
       const agent = agents[url.protocol as 'http:' | 'https:'];
       if (!agent) {
@@ -49,10 +58,7 @@ export function createHttpFetch(opts: { maxSockets?: number } = {}): typeof fetc
       const b = init.body;
       if (b === undefined || b === null) req.end();
       else if (typeof b === 'string' || b instanceof Uint8Array) req.end(b);
-      else if (b instanceof ArrayBuffer) req.end(Buffer.from(b));
-      else {
-        req.destroy();
-        reject(new TypeError('Unsupported request body type'));
-      }
-    })) as typeof fetch;
+      else req.end(Buffer.from(b as ArrayBuffer));
+    });
+  }) as typeof fetch;
 }

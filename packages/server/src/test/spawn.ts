@@ -27,7 +27,7 @@ export function runCliProcess(args: string[], env: Record<string, string | undef
     execFile(
       process.execPath,
       ['--import', 'tsx', 'src/cli/main.ts', ...args],
-      { cwd: SERVER_DIR, env: cleanEnv(env), timeout: 60_000 },
+      { cwd: SERVER_DIR, env: cleanEnv(env), timeout: 240_000 },
       (err, stdout, stderr) => {
         const code = err ? (typeof err.code === 'number' ? err.code : -1) : 0;
         resolve({ code, stdout, stderr });

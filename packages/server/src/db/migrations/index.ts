@@ -4,6 +4,7 @@ import { Migration20261121010000_metering } from './Migration20261121010000_mete
 import { Migration20261121020000_storage } from './Migration20261121020000_storage.js';
 import { Migration20261121040001_run_engine } from './Migration20261121040001_run_engine.js';
 import { Migration20261121040002_agents } from './Migration20261121040002_agents.js';
+import { Migration20261121050000_apps } from './Migration20261121050000_apps.js';
 
 /**
  * Every migration, in order. Listed explicitly (not globbed) so the bundled server and the
@@ -15,4 +16,5 @@ export const migrationsList: MigrationObject[] = [
   { name: 'Migration20261121020000_storage', class: Migration20261121020000_storage },
   { name: 'Migration20261121040001_run_engine', class: Migration20261121040001_run_engine },
   { name: 'Migration20261121040002_agents', class: Migration20261121040002_agents },
+  { name: 'Migration20261121050000_apps', class: Migration20261121050000_apps },
 ];

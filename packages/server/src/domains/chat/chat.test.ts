@@ -2,6 +2,7 @@ import http from 'node:http';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import {
   createTestWorkspace,
+  fakeOpenAIEnv,
   startTestServer,
   startTestServerWithFakeModel,
   type TestServer,
@@ -281,8 +282,10 @@ describe('POST /chat metering', () => {
   });
 
   it('429 Rate limit exceeded with Retry-After and RateLimit headers, shared by two server processes', async () => {
-    const a = await startTestServerWithFakeModel({ env: { RATE_LIMIT_CHAT: '2' } });
-    const b = await startTestServer({ db: a.db, env: { ...a.server.deps.config.env, RATE_LIMIT_CHAT: '2' } });
+    // A window far longer than the test, so no window boundary falls between its requests.
+    const env = { RATE_LIMIT_CHAT: '2', RATE_LIMIT_WINDOW_SECONDS: '100000000' };
+    const a = await startTestServerWithFakeModel({ env });
+    const b = await startTestServer({ db: a.db, env: { ...fakeOpenAIEnv(a.fake), ...env } });
     try {
       const w = await createTestWorkspace(a);
       const ok1 = await chat({ messages: [{ role: 'user', content: 'hi' }] }, w.apiKey, a);

@@ -44,13 +44,7 @@ function chatHandler(deps: ServerDeps) {
     const principal = req.principal;
     if (!principal) return sendError(res, new AppError(401, 'Invalid API key'));
     const requestId = req.requestId ?? '';
-    let prepared: Awaited<ReturnType<ChatService['prepare']>>;
-    try {
-      prepared = await service.prepare(principal, parseChatRequest(req.body));
-    } catch (err) {
-      return sendError(res, toAppError(err));
-    }
-
+    // Listen from the start: a client gone during the checks must not start a generation.
     const ac = new AbortController();
     let clientGone = false;
     res.on('close', () => {
@@ -59,6 +53,13 @@ function chatHandler(deps: ServerDeps) {
         ac.abort();
       }
     });
+    let prepared: Awaited<ReturnType<ChatService['prepare']>>;
+    try {
+      prepared = await service.prepare(principal, parseChatRequest(req.body));
+    } catch (err) {
+      return sendError(res, toAppError(err));
+    }
+    if (clientGone) return;
     const progress = { textChars: 0, started: false };
     let headersSent = false;
     const sendHeaders = () => {

@@ -1,6 +1,8 @@
+import fs from 'node:fs';
+import path from 'node:path';
 import { Readable } from 'node:stream';
 import { type FakeGitHost, startFakeGitHost } from '@ai-suite/testkit';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import yazl from 'yazl';
 import {
   createTestWorkspace,
@@ -40,6 +42,21 @@ beforeAll(async () => {
       branches: { trunk: { sha: SHA, files: { 'private.txt': 'classified' } } },
     },
     'acme/broken': { defaultBranch: 'main', tarballStatus: 500, branches: {} },
+    'acme/huge': {
+      defaultBranch: 'main',
+      branches: {
+        main: {
+          sha: SHA,
+          files: Object.fromEntries(
+            Array.from({ length: 30 }, (_, i) => [`f${String(i).padStart(2, '0')}.txt`, 'x']),
+          ),
+        },
+      },
+    },
+    'acme/sneaky': {
+      defaultBranch: 'main',
+      branches: { main: { sha: SHA, files: { '../../escape.txt': 'out', 'ok.txt': 'in' } } },
+    },
   });
   ts = await startTestServer({
     env: {
@@ -201,6 +218,70 @@ describe('multipart import', () => {
     );
   });
 
+  it('discards the partial object when the client goes away mid-upload', async () => {
+    const objectsDir = path.join(ts.server.deps.config.dataDir, 'objects');
+    const countFiles = (dir: string): number =>
+      fs.existsSync(dir)
+        ? fs
+            .readdirSync(dir, { withFileTypes: true })
+            .reduce((n, e) => n + (e.isDirectory() ? countFiles(path.join(dir, e.name)) : 1), 0)
+        : 0;
+    const before = countFiles(objectsDir);
+    const boundary = 'abort-boundary';
+    let sent = 0;
+    let sawPart = false;
+    const body = new ReadableStream<Uint8Array>({
+      async pull(controller) {
+        if (sent === 0) {
+          controller.enqueue(
+            Buffer.from(
+              `--${boundary}\r\nContent-Disposition: form-data; name="file[]"; filename="aborted.bin"\r\n\r\n`,
+            ),
+          );
+        }
+        if (sent < 512 * 1024) {
+          controller.enqueue(Buffer.alloc(64 * 1024, 1));
+          sent += 64 * 1024;
+          return;
+        }
+        // Wait until the server is writing the part, then fail the upload.
+        await vi.waitFor(
+          () => {
+            sawPart = countFiles(objectsDir) > before;
+            expect(sawPart).toBe(true);
+          },
+          { timeout: 10_000 },
+        );
+        controller.error(new Error('client gave up'));
+      },
+    });
+    await fetch(`${ts.url}/api/v1${base()}/import`, {
+      method: 'POST',
+      headers: {
+        authorization: `Bearer ${ws.apiKey}`,
+        'content-type': `multipart/form-data; boundary=${boundary}`,
+      },
+      body,
+      duplex: 'half',
+    } as RequestInit).catch(() => undefined);
+    expect(sawPart).toBe(true);
+    await vi.waitFor(() => expect(countFiles(objectsDir)).toBe(before), { timeout: 10_000 });
+    const list = (await (await ts.api(`${base()}?search=aborted.bin`, { key: ws.apiKey })).json()) as {
+      files: unknown[];
+    };
+    expect(list.files).toEqual([]);
+  });
+
+  it('answers 413 past the number of files one import may carry', async () => {
+    const parts: Part[] = Array.from({ length: 21 }, (_, i) => ['file[]', new Blob(['x']), `many/${i}.txt`]);
+    const res = await importForm(parts);
+    expect(res.status).toBe(413);
+    expect(await res.json()).toMatchObject({
+      error: 'Too many files in one import (at most 20)',
+      code: 'IMPORT_LIMIT_EXCEEDED',
+    });
+  });
+
   it('refuses another workspace and a bad key before reading the body', async () => {
     const other = await createTestWorkspace(ts);
     let res = await importForm([['file[]', new Blob(['x']), 'a.txt']], { ...other, apiKey: ws.apiKey });
@@ -293,6 +374,27 @@ describe('zip import', () => {
     expect(body.error).toMatch(/^Archive exceeds the import limits/);
     const tree = await ts.api(`${base()}/path?folderPath=/bomb`, { key: ws.apiKey });
     expect(tree.status).toBe(404);
+  });
+
+  it('stops an entry that inflates past its declared size while streaming', async () => {
+    const zip = Buffer.from(
+      await (await zipOf([{ name: 'liar.bin', data: Buffer.alloc(MB / 2) }])).arrayBuffer(),
+    );
+    const cd = zip.indexOf(Buffer.from([0x50, 0x4b, 0x01, 0x02]));
+    expect(zip.readUInt32LE(cd + 24)).toBe(MB / 2);
+    zip.writeUInt32LE(1000, cd + 24); // the central directory now claims 1000 bytes
+    const res = await importForm([
+      ['kind', 'zip'],
+      ['pathPrefix', '/liar'],
+      ['file', new Blob([zip]), 'liar.zip'],
+    ]);
+    expect(res.status).toBe(400);
+    expect(((await res.json()) as { error: string }).error).toMatch(/^Invalid zip file: too many bytes/);
+    expect(
+      (await ts.api(`${base()}?search=liar.bin`, { key: ws.apiKey }).then((r) => r.json())) as unknown,
+    ).toMatchObject({
+      files: [],
+    });
   });
 
   it('refuses an archive with more entries than the bound', async () => {
@@ -393,6 +495,29 @@ describe('git-host import', () => {
     expect(await res.json()).toMatchObject({ error: 'GitHub archive fetch failed: 404 Not Found' });
     res = await gh({ repoUrl: 'https://github.com/acme/missing' });
     expect(await res.json()).toMatchObject({ error: 'GitHub archive fetch failed: 404 Not Found' });
+  });
+
+  it('stops a repository past the entry bound, keeping what was stored', async () => {
+    const res = await gh({ repoUrl: 'https://github.com/acme/huge', pathPrefix: '/huge' });
+    expect(res.status).toBe(201);
+    const body = (await res.json()) as ImportBody;
+    // 20 entries allowed: the top folder plus 19 files.
+    expect(body.imported).toBe(19);
+    expect(body.errors).toHaveLength(1);
+    expect(body.errors[0]?.error).toMatch(/^Import stopped: the archive exceeds the import limits/);
+  });
+
+  it('refuses tarball entries that escape the prefix', async () => {
+    const res = await gh({ repoUrl: 'https://github.com/acme/sneaky', pathPrefix: '/sneaky' });
+    const body = (await res.json()) as ImportBody;
+    expect(body.imported).toBe(1);
+    expect(body.errors).toEqual(
+      ['../', '../../', '../../escape.txt'].map((path) => ({
+        path,
+        error: 'Path escapes the import folder',
+      })),
+    );
+    expect(await treeOf('/sneaky')).toEqual(['/sneaky/ok.txt']);
   });
 
   it('validates repoUrl', async () => {

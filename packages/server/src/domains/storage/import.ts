@@ -96,6 +96,9 @@ export class ImportSession {
   }
 
   async addFile(relPath: string, body: Readable, mimeType?: string, contentLength?: number): Promise<void> {
+    // The store's pipeline reports a body error once; a source that errors again after the
+    // pipeline has settled (yauzl does, per chunk) must not become an unhandled 'error'.
+    body.on('error', () => undefined);
     const r = resolveRelative(this.prefix, relPath);
     if ('error' in r) return this.error(relPath, r.error, body);
     try {

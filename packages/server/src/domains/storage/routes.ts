@@ -158,7 +158,27 @@ function importMultipart(
         .catch(fail);
     });
 
+    bb.on('filesLimit', () =>
+      fail(
+        new AppError(
+          413,
+          `Too many files in one import (at most ${limits.maxEntries})`,
+          'IMPORT_LIMIT_EXCEEDED',
+          {
+            maxEntries: limits.maxEntries,
+          },
+        ),
+      ),
+    );
     bb.on('error', () => fail(badRequest(INVALID_REQUEST_BODY)));
+    // A client that goes away mid-upload: end the part being stored with an error so the
+    // object store discards it, instead of waiting forever for bytes that will not come.
+    req.once('close', () => {
+      if (!req.complete && !failed) {
+        bb.destroy(new Error('Request aborted'));
+        fail(new AppError(400, 'Request aborted', 'REQUEST_ABORTED'));
+      }
+    });
     bb.on('close', () => {
       void chain.then(() => {
         if (failed) return;

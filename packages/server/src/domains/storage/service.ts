@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Readable } from 'node:stream';
 import type { EntityManager } from '@mikro-orm/postgresql';
-import { AppError, badRequest, conflict, notFound } from '../../http/errors.js';
+import { AppError, badRequest, notFound } from '../../http/errors.js';
 import type { ObjectStore } from '../../storage/object-store.js';
 import type { IndexStatus, StorageFileType } from './entities.js';
 import {
@@ -92,10 +92,15 @@ const isUniqueViolation = (err: unknown) => {
   return e?.code === '23505' || e?.name === 'UniqueConstraintViolationException';
 };
 
+/** 409 for a taken name; `x-should-retry: false` because retrying cannot help. */
 export const pathConflict = (path: string) =>
-  conflict(`A file or folder named "${baseName(path)}" already exists at ${path}`, 'STORAGE_PATH_CONFLICT', {
-    path,
-  });
+  new AppError(
+    409,
+    `A file or folder named "${baseName(path)}" already exists at ${path}`,
+    'STORAGE_PATH_CONFLICT',
+    { path },
+    { 'x-should-retry': 'false' },
+  );
 
 /** `{workspaceId}` of a storage path must be the caller's workspace: 401 `Unauthorized` otherwise. */
 export function assertWorkspace(principalWorkspaceId: string, pathWorkspaceId: unknown): void {
@@ -186,9 +191,18 @@ export class StorageService {
     if (await this.folderExists(workspaceId, path)) throw pathConflict(path);
   }
 
+  /** 409 when a file sits at `path` or at any of its ancestors (a folder cannot live under a file). */
   private async assertNoFileAt(workspaceId: string, path: string): Promise<void> {
-    if (path === '/') return;
-    if (await this.fileAt(workspaceId, parentOf(path), baseName(path))) throw pathConflict(path);
+    const chain = ancestorsAndSelf(path);
+    if (chain.length === 0) return;
+    const fullPath =
+      "case when folder_path = '/' then '/' || filename else folder_path || '/' || filename end";
+    const rows = await this.em.execute<{ p: string }[]>(
+      `select ${fullPath} as p from storage_files where workspace_id = ? and folder_path is not null
+       and ${fullPath} in (${chain.map(() => '?').join(', ')}) limit 1`,
+      [workspaceId, ...chain],
+    );
+    if (rows[0]) throw pathConflict(rows[0].p);
   }
 
   /**
@@ -397,8 +411,6 @@ export class StorageService {
     const existed = await this.folderExists(workspaceId, path);
     if (!existed) {
       await this.assertNoFileAt(workspaceId, path);
-      for (const ancestor of ancestorsAndSelf(parentOf(path)))
-        await this.assertNoFileAt(workspaceId, ancestor);
       await this.ensureFolders(workspaceId, path);
     }
     const rows = await this.em.execute<FolderRow[]>(

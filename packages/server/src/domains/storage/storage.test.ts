@@ -5,7 +5,7 @@ import {
   type TestServer,
   type TestWorkspace,
 } from '../../test/harness.js';
-import type { StorageFileDto } from './schema.js';
+import { ListStorageInput, type StorageFileDto } from './schema.js';
 import { StorageService } from './service.js';
 
 let ts: TestServer;
@@ -157,6 +157,23 @@ describe('GET /storage (list)', () => {
     expect(body.files).toEqual([]);
     const capped = await get(`${base(lw)}?limit=5000`, lw);
     expect(capped.status).toBe(200);
+  });
+
+  it('defaults the page to 50 and caps it at 200', async () => {
+    const pw = await createTestWorkspace(ts);
+    for (let i = 0; i < 51; i++) await put(`p${i}.txt`, 'p', '/', 'file', pw);
+    const body = (await (await get(base(pw), pw)).json()) as { files: unknown[]; hasMore: boolean };
+    expect(body.files).toHaveLength(50);
+    expect(body.hasMore).toBe(true);
+    const all = (await (await get(`${base(pw)}?limit=1000`, pw)).json()) as {
+      files: unknown[];
+      hasMore: boolean;
+    };
+    expect(all).toMatchObject({ hasMore: false });
+    expect(all.files).toHaveLength(51);
+    expect(ListStorageInput.parse({ workspaceId: 'w', limit: '1000' }).limit).toBe(200);
+    expect(ListStorageInput.parse({ workspaceId: 'w', limit: '0' }).limit).toBe(1);
+    expect(ListStorageInput.parse({ workspaceId: 'w' }).limit).toBe(50);
   });
 
   it('answers 400 for an unknown type', async () => {
@@ -318,6 +335,34 @@ describe('move and rename', () => {
   });
 });
 
+describe('concurrent writes', () => {
+  it('lets exactly one of several concurrent renames to the same name win', async () => {
+    const files = await Promise.all([0, 1, 2, 3, 4].map((i) => put(`race-${i}.txt`, `r${i}`, '/race')));
+    const results = await Promise.all(
+      files.map((f) => send('PATCH', `${base()}/files/${f.id}`, { newName: 'winner.txt' })),
+    );
+    expect(results.map((r) => r.status).sort()).toEqual([200, 409, 409, 409, 409]);
+    const listing = (await (await get(`${base()}/path?folderPath=/race`)).json()) as {
+      files: StorageFileDto[];
+    };
+    expect(listing.files.filter((f) => f.filename === 'winner.txt')).toHaveLength(1);
+    expect(listing.files).toHaveLength(5);
+  });
+
+  it('lets exactly one of several concurrent creates at the same path win', async () => {
+    const results = await Promise.allSettled(
+      [0, 1, 2, 3].map((i) => put('same.txt', `v${i}`, '/race-create')),
+    );
+    expect(results.filter((r) => r.status === 'fulfilled')).toHaveLength(1);
+    for (const r of results.filter((x) => x.status === 'rejected')) {
+      expect((r as PromiseRejectedResult).reason).toMatchObject({
+        status: 409,
+        code: 'STORAGE_PATH_CONFLICT',
+      });
+    }
+  });
+});
+
 describe('folders and path listing', () => {
   let fw: TestWorkspace;
   beforeAll(async () => {
@@ -341,6 +386,19 @@ describe('folders and path listing', () => {
     expect(((await res.json()) as { error: string }).error).toBe('folderPath is required');
     res = await send('POST', `${fbase()}/folders`, { folderPath: '/../etc' }, fw);
     expect(res.status).toBe(400);
+    // No folder under a file, no file where a folder is.
+    const plain = await put('plain', 'p', '/projects', 'file', fw);
+    res = await send('POST', `${fbase()}/folders`, { folderPath: '/projects/plain/sub' }, fw);
+    expect(res.status).toBe(409);
+    expect(await res.json()).toMatchObject({
+      code: 'STORAGE_PATH_CONFLICT',
+      details: { path: '/projects/plain' },
+    });
+    await expect(put('x.txt', 'x', '/projects/plain/deeper', 'file', fw)).rejects.toMatchObject({
+      status: 409,
+    });
+    await expect(put('alpha', 'x', '/projects', 'file', fw)).rejects.toMatchObject({ status: 409 });
+    await svc().deleteFile(fw.workspaceId, plain.id);
   });
 
   it('lists a folder in its three forms', async () => {

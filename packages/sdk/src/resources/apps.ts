@@ -1,0 +1,178 @@
+import type { AiSuite } from '../client.js';
+import type { APIPromise } from '../core/api-promise.js';
+import { AppChatStream } from '../lib/app-chat-stream.js';
+import type {
+  App,
+  AppChatParams,
+  AppChatResponse,
+  AppChatStreamParams,
+  AppCreateParams,
+  AppList,
+  AppMemoryStatus,
+  AppSaveMessagesParams,
+  AppSaveMessagesResult,
+  AppThread,
+  AppThreadCreateParams,
+  AppThreadList,
+  AppThreadMessageList,
+  AppThreadUpdateParams,
+  AppUpdateParams,
+} from './types.js';
+
+interface Opts {
+  signal?: AbortSignal;
+}
+
+const seg = encodeURIComponent;
+
+/** Threads of one app (memory). Accepts API keys and widget tokens. */
+export class AppThreads {
+  constructor(private readonly client: AiSuite) {}
+
+  /** Newest first; `limit` default 20 (capped at 100). */
+  list(
+    appId: string,
+    query: { limit?: number; offset?: number; status?: AppThread['status'] } = {},
+    opts: Opts = {},
+  ): APIPromise<AppThreadList> {
+    return this.client.request({ method: 'GET', path: `/apps/${seg(appId)}/memory/threads`, query, ...opts });
+  }
+
+  /** Title defaults to `New Thread`, metadata to `{}`. */
+  async create(appId: string, body: AppThreadCreateParams = {}, opts: Opts = {}): Promise<AppThread> {
+    const res = await this.client.request<{ data: AppThread }>({
+      method: 'POST',
+      path: `/apps/${seg(appId)}/memory/threads`,
+      body,
+      ...opts,
+    });
+    return res.data;
+  }
+
+  async get(appId: string, threadId: string, opts: Opts = {}): Promise<AppThread> {
+    const res = await this.client.request<{ data: AppThread }>({
+      method: 'GET',
+      path: `/apps/${seg(appId)}/memory/threads/${seg(threadId)}`,
+      ...opts,
+    });
+    return res.data;
+  }
+
+  async update(
+    appId: string,
+    threadId: string,
+    body: AppThreadUpdateParams,
+    opts: Opts = {},
+  ): Promise<AppThread> {
+    const res = await this.client.request<{ data: AppThread }>({
+      method: 'PATCH',
+      path: `/apps/${seg(appId)}/memory/threads/${seg(threadId)}`,
+      body,
+      ...opts,
+    });
+    return res.data;
+  }
+
+  /** Archives the thread (it is never removed). */
+  delete(appId: string, threadId: string, opts: Opts = {}): APIPromise<{ success: true; threadId: string }> {
+    return this.client.request({
+      method: 'DELETE',
+      path: `/apps/${seg(appId)}/memory/threads/${seg(threadId)}`,
+      ...opts,
+    });
+  }
+
+  /** Ascending by sequence number; `limit` default 50 (capped at 200). */
+  messages(
+    appId: string,
+    threadId: string,
+    query: { limit?: number; offset?: number } = {},
+    opts: Opts = {},
+  ): APIPromise<AppThreadMessageList> {
+    return this.client.request({
+      method: 'GET',
+      path: `/apps/${seg(appId)}/memory/threads/${seg(threadId)}/messages`,
+      query,
+      ...opts,
+    });
+  }
+}
+
+/** Apps: management (API key only), chat and memory (API key or widget token). */
+export class Apps {
+  readonly threads: AppThreads;
+
+  constructor(private readonly client: AiSuite) {
+    this.threads = new AppThreads(client);
+  }
+
+  async create(body: AppCreateParams, opts: Opts = {}): Promise<App> {
+    return (await this.client.request<{ app: App }>({ method: 'POST', path: '/apps', body, ...opts })).app;
+  }
+
+  list(query: { limit?: number; offset?: number } = {}, opts: Opts = {}): APIPromise<AppList> {
+    return this.client.request({ method: 'GET', path: '/apps', query, ...opts });
+  }
+
+  async get(appId: string, opts: Opts = {}): Promise<App> {
+    return (await this.client.request<{ app: App }>({ method: 'GET', path: `/apps/${seg(appId)}`, ...opts }))
+      .app;
+  }
+
+  async update(appId: string, body: AppUpdateParams, opts: Opts = {}): Promise<App> {
+    return (
+      await this.client.request<{ app: App }>({ method: 'PATCH', path: `/apps/${seg(appId)}`, body, ...opts })
+    ).app;
+  }
+
+  delete(appId: string, opts: Opts = {}): APIPromise<{ deleted: true; id: string }> {
+    return this.client.request({ method: 'DELETE', path: `/apps/${seg(appId)}`, ...opts });
+  }
+
+  /** One turn, answered whole. Not retried (a retry would send the message twice). */
+  chat(appId: string, body: AppChatParams, opts: Opts = {}): APIPromise<AppChatResponse> {
+    return this.client.request({
+      method: 'POST',
+      path: `/apps/${seg(appId)}/chat/message`,
+      body,
+      maxRetries: 0,
+      ...opts,
+    });
+  }
+
+  /**
+   * One turn, streamed: iterate the returned stream for tokens, then read `done`; or call
+   * `finalText()`. Errors before the stream starts (400, 401, 402, 404) are thrown here.
+   */
+  async chatStream(appId: string, body: AppChatStreamParams, opts: Opts = {}): Promise<AppChatStream> {
+    const controller = new AbortController();
+    opts.signal?.addEventListener('abort', () => controller.abort(), { once: true });
+    const response = await this.client.requestRaw({
+      method: 'POST',
+      path: `/apps/${seg(appId)}/chat/message/stream`,
+      body,
+      headers: { accept: 'text/event-stream' },
+      maxRetries: 0,
+      signal: controller.signal,
+    });
+    return new AppChatStream(response, controller);
+  }
+
+  /** Appends 1 to 100 messages to a thread without a model call. */
+  saveMessages(
+    appId: string,
+    body: AppSaveMessagesParams,
+    opts: Opts = {},
+  ): APIPromise<AppSaveMessagesResult> {
+    return this.client.request({
+      method: 'POST',
+      path: `/apps/${seg(appId)}/memory/save-messages`,
+      body,
+      ...opts,
+    });
+  }
+
+  memoryStatus(appId: string, opts: Opts = {}): APIPromise<AppMemoryStatus> {
+    return this.client.request({ method: 'GET', path: `/apps/${seg(appId)}/memory/status`, ...opts });
+  }
+}

@@ -1,0 +1,261 @@
+import type { AiSuite } from '../client.js';
+import { APIPromise } from '../core/api-promise.js';
+import type {
+  CreateFolderResult,
+  GitHostImportResult,
+  ImportResult,
+  PathListing,
+  PathTree,
+  PathTreeFull,
+  RenameFolderResult,
+  StorageFile,
+  StorageList,
+} from './types.js';
+
+export type StorageFileType = 'image' | 'deliverable' | 'document' | 'file';
+
+/**
+ * What an upload can be: bytes (`Uint8Array`/`Buffer`), a `Blob`/`File`, a web
+ * `ReadableStream`, any async iterable of bytes (a Node `Readable`), or — in Node — a path to
+ * a file on disk (`{ filePath }`). Nothing is read into memory whole: the multipart body is
+ * generated as the request is sent.
+ */
+export type Uploadable =
+  | Uint8Array
+  | Blob
+  | ReadableStream<Uint8Array>
+  | AsyncIterable<Uint8Array | string>
+  | { filePath: string };
+
+export interface ImportFile {
+  /** Relative path inside the import (`src/index.ts`); folders are kept. */
+  path: string;
+  content: Uploadable;
+  /** MIME type; guessed from the extension by the server when absent. */
+  type?: string;
+}
+
+export type ImportParams =
+  | { kind?: 'folder' | 'files'; files: ImportFile[]; pathPrefix?: string }
+  | { kind?: 'zip'; zip: Uploadable; filename?: string; pathPrefix?: string };
+
+interface Opts {
+  signal?: AbortSignal;
+}
+
+const enc = new TextEncoder();
+
+async function* bytesOf(content: Uploadable): AsyncGenerator<Uint8Array> {
+  if (content instanceof Uint8Array) {
+    yield content;
+  } else if (typeof Blob !== 'undefined' && content instanceof Blob) {
+    yield* bytesOf(content.stream());
+  } else if (typeof (content as ReadableStream).getReader === 'function') {
+    const reader = (content as ReadableStream<Uint8Array>).getReader();
+    try {
+      for (;;) {
+        const { done, value } = await reader.read();
+        if (done) return;
+        yield value;
+      }
+    } finally {
+      reader.releaseLock();
+    }
+  } else if (typeof (content as { filePath?: unknown }).filePath === 'string') {
+    const fs = await import('node:fs');
+    yield* bytesOf(
+      fs.createReadStream((content as { filePath: string }).filePath) as AsyncIterable<Uint8Array>,
+    );
+  } else {
+    for await (const chunk of content as AsyncIterable<Uint8Array | string>) {
+      yield typeof chunk === 'string' ? enc.encode(chunk) : chunk;
+    }
+  }
+}
+
+const quote = (s: string) => s.replace(/["\r\n\\]/g, (c) => encodeURIComponent(c));
+
+/** A streamed multipart/form-data body: text fields first (the server needs them before files). */
+function multipart(
+  fields: [string, string][],
+  files: { field: string; filename: string; type?: string; content: Uploadable }[],
+): { body: ReadableStream<Uint8Array>; contentType: string } {
+  const boundary = `----aisuite${Math.random().toString(36).slice(2)}${Date.now().toString(36)}`;
+  async function* parts(): AsyncGenerator<Uint8Array> {
+    for (const [name, value] of fields) {
+      yield enc.encode(
+        `--${boundary}\r\nContent-Disposition: form-data; name="${quote(name)}"\r\n\r\n${value}\r\n`,
+      );
+    }
+    for (const f of files) {
+      yield enc.encode(
+        `--${boundary}\r\nContent-Disposition: form-data; name="${quote(f.field)}"; filename="${quote(f.filename)}"\r\n` +
+          `Content-Type: ${f.type ?? 'application/octet-stream'}\r\n\r\n`,
+      );
+      yield* bytesOf(f.content);
+      yield enc.encode('\r\n');
+    }
+    yield enc.encode(`--${boundary}--\r\n`);
+  }
+  const it = parts();
+  const body = new ReadableStream<Uint8Array>({
+    async pull(controller) {
+      try {
+        const { done, value } = await it.next();
+        if (done) controller.close();
+        else controller.enqueue(value);
+      } catch (err) {
+        controller.error(err);
+      }
+    },
+    async cancel() {
+      await it.return(undefined);
+    },
+  });
+  return { body, contentType: `multipart/form-data; boundary=${boundary}` };
+}
+
+/**
+ * Workspace storage (spec 4.10): list, read, move/rename, folders, tree, imports. The
+ * workspace id in the paths is the credentials' own (`client.workspaceId()`).
+ */
+export class Storage {
+  constructor(private readonly client: AiSuite) {}
+
+  private base(): Promise<string> {
+    return this.client.workspaceId().then((id) => `/workspaces/${encodeURIComponent(id)}/storage`);
+  }
+
+  private call<T>(fn: (base: string) => APIPromise<T>): APIPromise<T> {
+    return new APIPromise(this.base().then((b) => fn(b).withResponse()));
+  }
+
+  /** Files, newest first: `type` (default `all`), `limit` (default 50, max 200), `search` (filename). */
+  list(
+    query: {
+      type?: 'all' | 'images' | 'deliverables' | 'documents' | 'files';
+      limit?: number;
+      search?: string;
+    } = {},
+    opts: Opts = {},
+  ): APIPromise<StorageList> {
+    return this.call((b) => this.client.request({ method: 'GET', path: b, query, ...opts }));
+  }
+
+  /** The raw content as a `Response` (`.text()`, `.arrayBuffer()`, `.body` stream). */
+  async read(fileId: string, fileType: StorageFileType, opts: Opts = {}): Promise<Response> {
+    const b = await this.base();
+    return this.client.requestRaw({
+      method: 'GET',
+      path: `${b}/content`,
+      query: { fileId, fileType },
+      ...opts,
+    });
+  }
+
+  /** Moves a file into a folder (created when missing); 409 `ConflictError` when the name is taken there. */
+  move(fileId: string, destFolderPath: string, opts: Opts = {}): APIPromise<{ file: StorageFile }> {
+    return this.call((b) =>
+      this.client.request({
+        method: 'PATCH',
+        path: `${b}/files/${encodeURIComponent(fileId)}`,
+        body: { action: 'move', destFolderPath },
+        ...opts,
+      }),
+    );
+  }
+
+  /** Renames a file in its folder; 409 when the name is taken. */
+  rename(fileId: string, newName: string, opts: Opts = {}): APIPromise<{ file: StorageFile }> {
+    return this.call((b) =>
+      this.client.request({
+        method: 'PATCH',
+        path: `${b}/files/${encodeURIComponent(fileId)}`,
+        body: { action: 'rename', newName },
+        ...opts,
+      }),
+    );
+  }
+
+  /** Creates a folder and its ancestors (idempotent: `created: false` when it existed). */
+  createFolder(folderPath: string, opts: Opts = {}): APIPromise<CreateFolderResult> {
+    return this.call((b) =>
+      this.client.request({ method: 'POST', path: `${b}/folders`, body: { folderPath }, ...opts }),
+    );
+  }
+
+  /** Renames a folder; its subfolders and files follow. */
+  renameFolder(folderPath: string, newName: string, opts: Opts = {}): APIPromise<RenameFolderResult> {
+    return this.call((b) =>
+      this.client.request({ method: 'PATCH', path: `${b}/folders`, body: { folderPath, newName }, ...opts }),
+    );
+  }
+
+  /**
+   * A folder's content: `children` (default: direct folders and files), `paths` (every
+   * descendant path, folders ending with `/`) or `full` (every descendant folder and file).
+   */
+  tree(folderPath?: string, form?: 'children', opts?: Opts): APIPromise<PathListing>;
+  tree(folderPath: string | undefined, form: 'paths', opts?: Opts): APIPromise<PathTree>;
+  tree(folderPath: string | undefined, form: 'full', opts?: Opts): APIPromise<PathTreeFull>;
+  tree(
+    folderPath = '/',
+    form: 'children' | 'paths' | 'full' = 'children',
+    opts: Opts = {},
+  ): APIPromise<PathListing | PathTree | PathTreeFull> {
+    const tree = form === 'paths' ? '1' : form === 'full' ? 'full' : undefined;
+    return this.call((b) =>
+      this.client.request({ method: 'GET', path: `${b}/path`, query: { folderPath, tree }, ...opts }),
+    );
+  }
+
+  /**
+   * Imports files (relative paths keep their folders) or a zip, streamed. Files already at the
+   * same path are replaced. Not retried (the body is a stream).
+   */
+  import(params: ImportParams, opts: Opts = {}): APIPromise<ImportResult> {
+    const fields: [string, string][] = [];
+    let files: { field: string; filename: string; type?: string; content: Uploadable }[];
+    if ('zip' in params) {
+      fields.push(['kind', 'zip']);
+      files = [
+        {
+          field: 'file',
+          filename: params.filename ?? 'import.zip',
+          type: 'application/zip',
+          content: params.zip,
+        },
+      ];
+    } else {
+      fields.push(['kind', params.kind ?? 'files']);
+      files = params.files.map((f) => ({
+        field: 'file[]',
+        filename: f.path,
+        type: f.type,
+        content: f.content,
+      }));
+    }
+    if (params.pathPrefix !== undefined) fields.push(['pathPrefix', params.pathPrefix]);
+    return this.call((b) => {
+      const { body, contentType } = multipart(fields, files);
+      return this.client.request({
+        method: 'POST',
+        path: `${b}/import`,
+        rawBody: body,
+        headers: { 'content-type': contentType },
+        maxRetries: 0,
+        ...opts,
+      });
+    });
+  }
+
+  /** Imports a git-host repository (`https://github.com/owner/repo[.git][?branch=x]`). */
+  importGitHost(
+    params: { repoUrl: string; branch?: string; pathPrefix?: string },
+    opts: Opts = {},
+  ): APIPromise<GitHostImportResult> {
+    return this.call((b) =>
+      this.client.request({ method: 'POST', path: `${b}/import/githost`, body: params, ...opts }),
+    );
+  }
+}

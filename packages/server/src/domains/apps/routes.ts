@@ -1,0 +1,121 @@
+import express, { type Request, type Response } from 'express';
+import { authenticateAppCaller } from '../../auth/widget-tokens.js';
+import type { ServerDeps } from '../../context.js';
+import {
+  AppError,
+  ErrorBodySchema,
+  INVALID_REQUEST_BODY,
+  sendError,
+  toAppError,
+  validationError,
+} from '../../http/errors.js';
+import type { RawRouteModule } from '../../http/raw-routes.js';
+import { SseWriter } from '../../http/sse.js';
+import { authenticateApiKey } from '../../trpc.js';
+import { AppChatService } from './chat.js';
+import { appsCors } from './cors.js';
+import { ChatMessageInput, ChatStreamEventSchema } from './schema.js';
+
+export const STREAM_PATH = '/apps/{appId}/chat/message/stream';
+const HEARTBEAT_MS = 15_000;
+
+/**
+ * `POST /apps/{appId}/chat/message/stream` (spec 4.6 / 6.2). Everything that can fail before
+ * the model is called answers with a JSON error status; after that, failures are `error` events.
+ */
+async function chatStream(deps: ServerDeps, req: Request, res: Response) {
+  const em = deps.em();
+  let sse: SseWriter | undefined;
+  try {
+    const principal = await authenticateAppCaller(req, em, authenticateApiKey);
+    if (
+      !req.is('application/json') ||
+      typeof req.body !== 'object' ||
+      req.body === null ||
+      Array.isArray(req.body)
+    ) {
+      throw new AppError(400, INVALID_REQUEST_BODY);
+    }
+    const parsed = ChatMessageInput.safeParse({ ...req.body, appId: req.params.appId });
+    if (!parsed.success) throw validationError(parsed.error.issues);
+    const service = new AppChatService(em, principal, deps, req.requestId ?? '');
+    const turn = await service.prepare(parsed.data, STREAM_PATH);
+    for (const [k, v] of Object.entries(turn.headers)) res.setHeader(k, v);
+
+    const upstream = new AbortController();
+    res.on('close', () => {
+      if (!res.writableFinished) upstream.abort();
+    });
+    sse = new SseWriter(res, { heartbeatMs: HEARTBEAT_MS });
+    for await (const ev of service.run(turn, upstream.signal)) {
+      const { cause: _cause, ...event } = ev as typeof ev & { cause?: unknown };
+      sse.send({ data: JSON.stringify(event) });
+    }
+    sse.end();
+  } catch (err) {
+    const appErr = toAppError(err);
+    if (appErr.status >= 500) deps.log.error({ err }, 'app chat stream failed');
+    if (sse) {
+      sse.send({
+        data: JSON.stringify({
+          type: 'error',
+          code: appErr.code ?? 'INTERNAL_ERROR',
+          message: appErr.message,
+        }),
+      });
+      sse.end();
+    } else {
+      sendError(res, appErr);
+    }
+  }
+}
+
+/** CORS for /apps/* and the app chat stream. */
+export const appsRawRoutes: RawRouteModule = {
+  name: 'apps',
+  mount(router, deps) {
+    router.use('/apps', appsCors);
+    router.post('/apps/:appId/chat/message/stream', express.json({ limit: '1mb' }), (req, res) =>
+      chatStream(deps, req, res),
+    );
+  },
+  openapi: {
+    [STREAM_PATH]: {
+      post: {
+        operationId: 'apps-chatStream',
+        tags: ['Apps'],
+        summary: 'Send a message to an app and stream the reply as server-sent events',
+        description:
+          'Each `data:` line carries one JSON event: `token` {content}, then `done` {threadId, turnId, contextWindow, metadata}, or `error` {code, message} (e.g. `MODEL_ERROR`; the user message is kept). Accepts a workspace API key or a widget token.',
+        security: [{ Authorization: [] }],
+        requestParams: { path: ChatMessageInput.pick({ appId: true }) },
+        requestBody: {
+          required: true,
+          content: { 'application/json': { schema: ChatMessageInput.omit({ appId: true }) } },
+        },
+        responses: {
+          '200': {
+            description: 'A `text/event-stream` of JSON events',
+            content: { 'text/event-stream': { schema: ChatStreamEventSchema } },
+          },
+          '400': {
+            description: 'message is required',
+            content: { 'application/json': { schema: ErrorBodySchema } },
+          },
+          '401': {
+            description: 'Unauthorized or app not found',
+            content: { 'application/json': { schema: ErrorBodySchema } },
+          },
+          '402': {
+            description: 'Insufficient credits',
+            content: { 'application/json': { schema: ErrorBodySchema } },
+          },
+          '404': {
+            description: 'Thread not found',
+            content: { 'application/json': { schema: ErrorBodySchema } },
+          },
+        },
+      },
+    },
+  },
+};
