@@ -195,37 +195,35 @@ describe('two server processes on one database', () => {
 
 describe('deadlines and recovery', () => {
   it('resolves a forgotten integrator call as an error at its deadline, and the turn goes on', async () => {
-    const short = await startTestServer({
-      db: a.db,
-      env: {
-        OPENAI_BASE_URL: a.fake.url,
-        OPENAI_API_KEY: 'test',
-        CHAT_MODEL: 'fake-chat',
-        LLM_MAX_RETRIES: '0',
-        RUN_POLL_INTERVAL_MS: '100',
-        AGENT_TOOL_CALL_DEADLINE_MS: '300',
-      },
+    const { sessionId } = await createAgentWithSession(a, ws.apiKey, {
+      name: 'Forgotten',
+      config: { customTools: [{ name: 'never_answered' }] },
     });
-    try {
-      const { sessionId } = await createAgentWithSession(short, ws.apiKey, {
-        name: 'Forgotten',
-        config: { customTools: [{ name: 'never_answered' }] },
-      });
-      a.fake.script(
-        { toolCalls: [{ id: 'n1', name: 'never_answered', arguments: '{}' }] },
-        { text: 'Gave up waiting.' },
-      );
-      const events = await (await openTurn(short, ws.apiKey, sessionId, { message: 'x' })).rest();
-      const types = events.map((e) => e.data.type);
-      expect(types.slice(0, 3)).toEqual(['run.started', 'tool_call.pending', 'tool_call.completed']);
-      expect(events[2]?.data).toMatchObject({ status: 'error', error: 'Tool call deadline expired' });
-      expect(types.at(-1)).toBe('run.completed');
-      const toolCallId = events[1]?.data.toolCallId;
-      const late = await postToolResult(short, ws.apiKey, sessionId, { toolCallId, result: 'late' });
-      expect(late.body).toMatchObject({ accepted: false, status: 'expired' });
-    } finally {
-      await short.close();
-    }
+    a.fake.script(
+      { toolCalls: [{ id: 'n1', name: 'never_answered', arguments: '{}' }] },
+      { text: 'Gave up waiting.' },
+    );
+    const turn = await openTurn(a, ws.apiKey, sessionId, { message: 'x' });
+    const pending = await turn.until('tool_call.pending');
+    const toolCallId = pending.data.toolCallId as string;
+    // The deadline comes from AGENT_TOOL_CALL_DEADLINE_MS (60 s here); move it to the past
+    // instead of waiting, whichever process created the call.
+    expect(Date.parse(pending.data.deadline)).toBeGreaterThan(Date.now());
+    await a.server.deps
+      .em()
+      .execute(`update tool_calls set deadline_at = now() - interval '1 second' where id = ?`, [toolCallId]);
+    const events = await turn.rest();
+    const types = events.map((e) => e.data.type);
+    expect(types.slice(0, 3)).toEqual(['run.started', 'tool_call.pending', 'tool_call.completed']);
+    expect(events[2]?.data).toMatchObject({ status: 'error', error: 'Tool call deadline expired' });
+    expect(types.at(-1)).toBe('run.completed');
+    expect(a.fake.requests.at(-1)?.body.messages.at(-1)).toEqual({
+      role: 'tool',
+      tool_call_id: 'n1',
+      content: '{"error":"Tool call deadline expired"}',
+    });
+    const late = await postToolResult(a, ws.apiKey, sessionId, { toolCallId, result: 'late' });
+    expect(late.body).toMatchObject({ accepted: false, status: 'expired' });
   });
 
   it('fails a run whose worker died (lease expired), never leaving it running', async () => {
