@@ -62,7 +62,9 @@ async function* bytesOf(content: Uploadable): AsyncGenerator<Uint8Array> {
       reader.releaseLock();
     }
   } else if (typeof (content as { filePath?: unknown }).filePath === 'string') {
-    const fs = await import('node:fs');
+    // A computed specifier keeps browser bundlers from trying to resolve a Node built-in:
+    // file paths only make sense in Node, and the rest of the SDK runs in browsers too.
+    const fs = (await import(/* @vite-ignore */ NODE_FS)) as typeof import('node:fs');
     yield* bytesOf(
       fs.createReadStream((content as { filePath: string }).filePath) as AsyncIterable<Uint8Array>,
     );
@@ -72,6 +74,8 @@ async function* bytesOf(content: Uploadable): AsyncGenerator<Uint8Array> {
     }
   }
 }
+
+const NODE_FS = 'node:fs';
 
 const quote = (s: string) => s.replace(/["\r\n\\]/g, (c) => encodeURIComponent(c));
 
