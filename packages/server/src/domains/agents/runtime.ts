@@ -17,7 +17,7 @@ import { RunGoneError, runStore } from '../../runs/index.js';
 import { effectiveConfig } from './config.js';
 import { parseAllowlist } from './outbound.js';
 import type { AgentConfig } from './schema.js';
-import type { AgentRow } from './service.js';
+import { type AgentRow, toAgent } from './service.js';
 import { type AgentTool, buildToolset, memoryNotes, type ToolContext, type ToolEnv } from './tools.js';
 
 /** What a turn needs beyond ServerDeps: the model provider and metering. */
@@ -354,24 +354,7 @@ async function loadAgent(em: EntityManager, appId: string, workspaceId: string):
     [appId, workspaceId],
   );
   const r = rows[0];
-  if (!r) return null;
-  const json = <T>(v: unknown): T => v as T;
-  return {
-    id: r.id as string,
-    workspaceId: r.workspace_id as string,
-    name: r.name as string,
-    description: (r.description as string) ?? null,
-    businessUseCase: (r.business_use_case as string) ?? null,
-    prompt: (r.system_prompt as string) ?? null,
-    modelId: (r.model_id as string) ?? null,
-    config: json(r.config) ?? {},
-    status: r.status as 'active' | 'draft',
-    isPublic: Boolean(r.is_public),
-    tools: json(r.tool_bindings) ?? [],
-    integrationBindings: json(r.integration_bindings) ?? [],
-    createdAt: String(r.created_at),
-    updatedAt: String(r.updated_at),
-  };
+  return r ? toAgent(r) : null;
 }
 
 export function registerAgentRuntime(deps: ServerDeps): void {

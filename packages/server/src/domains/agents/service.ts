@@ -51,7 +51,8 @@ export interface AgentRow {
   updatedAt: string;
 }
 
-const toAgent = (r: Row): AgentRow => ({
+/** Maps an `apps` row of type `agent`; also used by the turn runtime. */
+export const toAgent = (r: Row): AgentRow => ({
   id: r.id as string,
   workspaceId: r.workspace_id as string,
   name: r.name as string,
