@@ -324,12 +324,12 @@ export function buildProgram(io: CliIo, json: boolean): Command {
     .action(
       run(async ({ svc }, wsRef: string, name: string, opts: { systemPrompt?: string; model?: string }) => {
         const ws = await svc.requireWorkspace(wsRef);
-        const app = (await svc.createApp({
+        const app = await svc.createApp({
           workspaceId: ws.id,
           name,
           systemPrompt: opts.systemPrompt ?? null,
           modelId: opts.model ?? null,
-        })) as { id: string; name: string; createdAt: Date };
+        });
         return {
           json: {
             app: {
@@ -338,7 +338,7 @@ export function buildProgram(io: CliIo, json: boolean): Command {
               name: app.name,
               systemPrompt: opts.systemPrompt ?? null,
               model: opts.model ?? null,
-              createdAt: app.createdAt.toISOString(),
+              createdAt: app.createdAt,
             },
           },
           human: `Created app "${app.name}" (${app.id}) in "${ws.name}".`,

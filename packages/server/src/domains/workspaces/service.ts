@@ -4,11 +4,11 @@ import { hash as argonHash } from '@node-rs/argon2';
 import { displayPrefix, generateApiKey, hashApiKey, isWellFormedApiKey } from '../../auth/api-keys.js';
 import type { Principal } from '../../auth/principal.js';
 import { AppError, badRequest, conflict, forbidden, notFound } from '../../http/errors.js';
+import { AppsService } from '../apps/service.js';
 import { MICROS_PER_USD } from './amounts.js';
 import {
   type ApiKey,
   ApiKeyEntity,
-  AppEntity,
   CreditLedgerEntity,
   MembershipEntity,
   type Role,
@@ -240,6 +240,7 @@ export class WorkspacesService {
     });
   }
 
+  /** Creates an app for an operator (CLI): the same path as `POST /apps`, so both agree on defaults. */
   async createApp(input: {
     workspaceId: string;
     name: string;
@@ -249,18 +250,14 @@ export class WorkspacesService {
   }) {
     const name = input.name.trim();
     if (!name) throw badRequest('name is required');
-    const app = this.em.create(AppEntity, {
-      id: randomUUID(),
-      workspaceId: input.workspaceId,
-      appType: 'app',
+    const ws = await this.requireWorkspace(input.workspaceId);
+    const operator: Principal = { workspaceId: ws.id, workspaceName: ws.name, via: 'session' };
+    return new AppsService(this.em, operator).create({
       name,
-      systemPrompt: input.systemPrompt ?? null,
-      modelId: input.modelId ?? null,
-      description: input.description ?? null,
-      config: {},
-    } as never);
-    await this.em.flush();
-    return app as { id: string; name: string; workspaceId: string; createdAt: Date };
+      systemPrompt: input.systemPrompt ?? undefined,
+      model: input.modelId ?? undefined,
+      description: input.description ?? undefined,
+    });
   }
 }
 
