@@ -58,6 +58,12 @@ interface Target {
   url: URL;
   headers: Record<string, string>;
   body: string;
+  /**
+   * For the SSE paths (direct, bare proxy): the first token is the first event carrying text.
+   * The upstream opens with a role-only event before the first token; `/chat` sends plain
+   * text, so its first body byte is the first token. TTFB here means time to first token.
+   */
+  firstToken?: RegExp;
 }
 
 const agent = new http.Agent({ keepAlive: true, maxSockets: 256 });
@@ -76,8 +82,10 @@ function once(t: Target): Promise<{ ttfb: number; total: number }> {
           res.resume();
           return;
         }
-        res.on('data', () => {
-          if (ttfb < 0) ttfb = Number(process.hrtime.bigint() - t0) / 1e6;
+        res.on('data', (chunk: Buffer) => {
+          if (ttfb < 0 && (!t.firstToken || t.firstToken.test(chunk.toString('latin1')))) {
+            ttfb = Number(process.hrtime.bigint() - t0) / 1e6;
+          }
         });
         res.on('end', () => resolve({ ttfb, total: Number(process.hrtime.bigint() - t0) / 1e6 }));
         res.on('error', reject);
@@ -119,6 +127,8 @@ async function run(t: Target, total: number, concurrency: number) {
 }
 
 const fmt = (n: number, d = 2) => n.toFixed(d);
+/** An SSE chunk event with non-empty text content. */
+const FIRST_TOKEN = /"content":"[^"]/;
 
 async function main() {
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'bench-chat-'));
@@ -147,6 +157,7 @@ async function main() {
       stream: true,
       stream_options: { include_usage: true },
     }),
+    firstToken: FIRST_TOKEN,
   };
   const viaChat: Target = {
     url: new URL(`${server.url}/api/v1/chat`),
@@ -157,6 +168,7 @@ async function main() {
     url: new URL(`${bare.url}/chat`),
     headers: { 'content-type': 'application/json' },
     body: JSON.stringify({ messages }),
+    firstToken: FIRST_TOKEN,
   };
   try {
     await run(direct, WARMUP, 4);

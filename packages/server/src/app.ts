@@ -8,6 +8,7 @@ import { openApiHandler } from './http/openapi-handler.js';
 import { rawRouteModules } from './http/raw-routes.js';
 import { requestId } from './http/request-id.js';
 import { requestLog } from './http/request-log.js';
+import { apiHelmet } from './http/security.js';
 import { appRouter } from './router.js';
 
 /** Assembles the express application. No I/O here: `createServer` owns start-up. */
@@ -39,7 +40,7 @@ export function createApp(deps: ServerDeps): Express {
   app.use('/docs', helmet({ contentSecurityPolicy: false }), docsRouter('/api/v1/openapi.json'));
 
   const v1 = express.Router();
-  v1.use(helmet({ contentSecurityPolicy: false, crossOriginResourcePolicy: false }));
+  v1.use(apiHelmet());
   for (const mod of rawRouteModules) mod.mount(v1, deps);
   v1.use(openApiHandler(appRouter, deps));
   app.use('/api/v1', v1);

@@ -12,6 +12,7 @@ import { type Database, openDatabase } from './db/orm.js';
 import { registerAgentRuntime } from './domains/agents/runtime.js';
 import { registerAutonomousRuns } from './domains/runs/runtime.js';
 import { runHeadlessInit } from './domains/workspaces/init.js';
+import { createRequestListener } from './http/fast-path.js';
 import { createLogger } from './logger.js';
 import { createAiDeps } from './providers/setup.js';
 import { createRunEngine } from './runs/index.js';
@@ -93,7 +94,7 @@ export async function createServer(opts: CreateServerOptions = {}): Promise<AiSu
     deps,
     listen(port = config.port, host = config.host) {
       return new Promise((resolve, reject) => {
-        const srv = http.createServer(app);
+        const srv = http.createServer(createRequestListener(app, deps));
         srv.keepAliveTimeout = 65_000;
         srv.once('error', reject);
         srv.listen(port, host, () => {

@@ -8,6 +8,7 @@ import { foundationEntities } from '../domains/workspaces/entities.js';
 import { meteringEntities } from '../metering/entities.js';
 import { type EmbeddedPostgres, findEmbeddedOwner, lockHolder, startEmbeddedPostgres } from './embedded.js';
 import { migrationsList } from './migrations/index.js';
+import { SqlPool } from './sql.js';
 
 /** Every entity of every domain. Domains append theirs here. */
 export const allEntities = [
@@ -31,6 +32,8 @@ export interface Database {
    * through the owner's socket (the operator CLI while the server runs).
    */
   attached: boolean;
+  /** A plain `pg` pool on the same database, for the request hot path (`db/sql.ts`). */
+  sql: SqlPool;
   close(): Promise<void>;
 }
 
@@ -97,11 +100,14 @@ export async function openDatabase(opts: OpenDatabaseOptions): Promise<Database>
   let owned: EmbeddedPostgres | undefined;
   let kind: Database['kind'] = 'embedded';
   let attached = false;
+  let connection: { clientUrl: string } | { host: string; port: number };
   if (opts.databaseUrl) {
     kind = 'server';
-    orm = await initOrm({ clientUrl: opts.databaseUrl }, poolMax, debug);
+    connection = { clientUrl: opts.databaseUrl };
+    orm = await initOrm(connection, poolMax, debug);
   } else if (opts.embedded) {
-    orm = await initOrm({ host: opts.embedded.socketDir, port: opts.embedded.port }, poolMax, debug);
+    connection = { host: opts.embedded.socketDir, port: opts.embedded.port };
+    orm = await initOrm(connection, poolMax, debug);
   } else {
     if (!opts.dataDir) throw new Error('openDatabase needs databaseUrl, dataDir or embedded');
     const deadline = Date.now() + CLI_WAIT_MS;
@@ -120,11 +126,13 @@ export async function openDatabase(opts: OpenDatabaseOptions): Promise<Database>
     const owner = await findEmbeddedOwner(opts.dataDir);
     if (owner) {
       attached = true;
-      orm = await initOrm({ host: owner.socketDir, port: owner.port }, poolMax, debug);
+      connection = { host: owner.socketDir, port: owner.port };
+      orm = await initOrm(connection, poolMax, debug);
     } else {
       owned = await startEmbeddedPostgres({ dataDir: opts.dataDir, ownerKind: opts.as ?? 'server' });
+      connection = { host: owned.socketDir, port: owned.port };
       try {
-        orm = await initOrm({ host: owned.socketDir, port: owned.port }, poolMax, debug);
+        orm = await initOrm(connection, poolMax, debug);
       } catch (err) {
         await owned.close();
         throw err;
@@ -148,12 +156,26 @@ export async function openDatabase(opts: OpenDatabaseOptions): Promise<Database>
     await owned?.close();
     throw err;
   }
+  const sql = new SqlPool(
+    'clientUrl' in connection
+      ? { connectionString: connection.clientUrl, max: poolMax }
+      : {
+          host: connection.host,
+          port: connection.port,
+          user: 'postgres',
+          database: 'postgres',
+          max: poolMax,
+        },
+    kind === 'server',
+  );
   return {
     orm,
     kind,
     attached,
+    sql,
     embedded: owned ?? opts.embedded,
     async close() {
+      await sql.close();
       await orm.close(true);
       await owned?.close();
     },

@@ -1,3 +1,4 @@
+import type { ServerResponse } from 'node:http';
 import type { NextFunction, Request, Response } from 'express';
 import { z } from 'zod';
 
@@ -70,13 +71,22 @@ export function validationError(issues: readonly IssueLike[]): AppError {
   });
 }
 
-export function sendError(res: Response, err: AppError): void {
+/**
+ * Answers with the error's status, headers and JSON body; after the headers went out, cuts the
+ * connection instead. Plain Node `ServerResponse` (express's is one): the `/chat` fast path
+ * answers outside express with the same bytes.
+ */
+export function sendError(res: ServerResponse, err: AppError): void {
   if (res.headersSent) {
     res.destroy(err);
     return;
   }
+  const body = JSON.stringify(err.toBody());
   if (err.headers) for (const [k, v] of Object.entries(err.headers)) res.setHeader(k, v);
-  res.status(err.status).json(err.toBody());
+  res.statusCode = err.status;
+  res.setHeader('Content-Type', 'application/json; charset=utf-8');
+  res.setHeader('Content-Length', Buffer.byteLength(body));
+  res.end(body);
 }
 
 /** Turns anything thrown into an AppError; unknown errors become an opaque 500. */

@@ -1,3 +1,4 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Router } from 'express';
 import type { ZodOpenApiPathsObject } from 'zod-openapi';
 import type { ServerDeps } from '../context.js';
@@ -14,7 +15,20 @@ import { storageRoutes } from '../domains/storage/routes.js';
 export interface RawRouteModule {
   name: string;
   mount(router: Router, deps: ServerDeps): void;
+  /**
+   * Hot routes the HTTP server answers before express (`http/fast-path.ts`), with the same
+   * request id, access log and security headers. `mount` must serve them too (an app used
+   * without `createServer`'s listener, other spellings of the path).
+   */
+  fast?: FastRoute[];
   openapi: ZodOpenApiPathsObject;
+}
+
+export interface FastRoute {
+  method: 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
+  /** Exact path under `/api/v1`. */
+  path: string;
+  handler(deps: ServerDeps): (req: IncomingMessage, res: ServerResponse) => Promise<void>;
 }
 
 /** Every raw route module. Domains append theirs here. */

@@ -1,46 +1,48 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Request } from 'express';
-import { pinoHttp } from 'pino-http';
+import type { Logger } from 'pino';
 import type { ServerDeps } from '../context.js';
 
-/** One access-log line per request, with only these fields (no headers, no bodies, no query). */
-function summary(req: IncomingMessage, res: ServerResponse, responseTime: unknown) {
-  const r = req as Request;
-  const url = r.originalUrl ?? req.url ?? '';
-  const q = url.indexOf('?');
-  return {
-    method: req.method,
-    // Query strings can carry signatures and tokens: log the path only.
-    url: q === -1 ? url : url.slice(0, q),
-    status: res.statusCode,
-    responseTime,
-    workspaceId: r.principal?.workspaceId,
-  };
-}
+const PROBES = new Set(['/healthz', '/readyz']);
 
 /**
- * Structured access log (pino-http), reduced to method, url, status, responseTime,
- * requestId and workspaceId. The request id is bound to `req.log`, so anything a handler
- * logs through it carries the id too. Probes are not logged.
+ * One access-log line when the response is done (or the connection closed before), with only
+ * method, url (path only: query strings can carry signatures and tokens), status,
+ * responseTime (ms), requestId and workspaceId: no headers, no bodies. Level by outcome:
+ * error for 5xx and cut-off responses, warn for 4xx, info otherwise. Probes are not logged.
+ * Costs one listener and, when the level is enabled, one line: it runs on every request,
+ * the `/chat` hot path included.
  */
-export function requestLog(deps: ServerDeps) {
-  return pinoHttp({
-    logger: deps.log,
-    genReqId: (req) => (req as Request).requestId ?? '',
-    customAttributeKeys: { reqId: 'requestId' },
-    quietReqLogger: true,
-    quietResLogger: true,
-    autoLogging: { ignore: (req) => req.url === '/healthz' || req.url === '/readyz' },
-    customLogLevel: (_req, res, err) =>
-      err || res.statusCode >= 500 ? 'error' : res.statusCode >= 400 ? 'warn' : 'info',
-    customSuccessMessage: () => 'request completed',
-    customErrorMessage: () => 'request failed',
-    customSuccessObject: (req, res, val: { responseTime?: unknown }) => summary(req, res, val.responseTime),
-    customErrorObject: (req, res, err, val: { responseTime?: unknown }) => ({
-      ...summary(req, res, val.responseTime),
-      // A 5xx without a thrown error gets pino-http's synthetic "failed with status code";
-      // the handler that failed has already logged the real error with its stack.
-      err: { message: err.message },
-    }),
+export function logAccess(log: Logger, req: IncomingMessage, res: ServerResponse): void {
+  const url = (req as Request).originalUrl ?? req.url ?? '';
+  const q = url.indexOf('?');
+  const path = q === -1 ? url : url.slice(0, q);
+  if (PROBES.has(path) || !log.isLevelEnabled('error')) return;
+  const started = performance.now();
+  res.once('close', () => {
+    const r = req as Request;
+    const status = res.statusCode;
+    const failed = !res.writableFinished;
+    const level = failed || status >= 500 ? 'error' : status >= 400 ? 'warn' : 'info';
+    if (!log.isLevelEnabled(level)) return;
+    log[level](
+      {
+        requestId: r.requestId,
+        method: req.method,
+        url: path,
+        status,
+        responseTime: Math.round(performance.now() - started),
+        workspaceId: r.principal?.workspaceId,
+        ...(failed ? { err: { message: 'response not completed' } } : {}),
+      },
+      failed || status >= 500 ? 'request failed' : 'request completed',
+    );
   });
+}
+
+export function requestLog(deps: ServerDeps) {
+  return (req: Request, res: ServerResponse, next: () => void) => {
+    logAccess(deps.log, req, res);
+    next();
+  };
 }

@@ -1,4 +1,4 @@
-import type { EntityManager } from '@mikro-orm/postgresql';
+import type { SqlExecutor } from '../db/sql.js';
 import { AppError } from '../http/errors.js';
 import type { LlmUsage, ModelInfo } from '../providers/llm.js';
 import { estimateTokens } from '../providers/openai-provider.js';
@@ -6,6 +6,7 @@ import { cycleStart, nextCycleStart } from './cycle.js';
 import type {
   GenerationInput,
   GenerationMeter as GenerationMeterContract,
+  KeyAdmission,
   Metering,
   RateLimitBucket,
   UsageComponentLine,
@@ -67,11 +68,52 @@ export interface TokenQuotaStatus {
   resetsAt: Date;
 }
 
-const RATE_LIMIT_UPSERT = `insert into rate_limit_windows as r (key, window_start, hits)
-       values (?, to_timestamp(floor(extract(epoch from now()) / ?) * ?), 1)
+/**
+ * The fixed-window counter as one upsert: `rows` yields `(key, window_start, 1)` (placeholders:
+ * the key, then the window length twice via `RATE_LIMIT_WINDOW_START`), and the RETURNING
+ * clause adds the hits and the seconds to the window's end (one more window-length placeholder).
+ */
+export const RATE_LIMIT_WINDOW_START = 'to_timestamp(floor(extract(epoch from now()) / ?) * ?)';
+export const rateLimitUpsert = (
+  rows: string,
+) => `insert into rate_limit_windows as r (key, window_start, hits)
+       ${rows}
        on conflict (key) do update set
          hits = case when r.window_start = excluded.window_start then r.hits + 1 else 1 end,
-         window_start = excluded.window_start`;
+         window_start = excluded.window_start
+       returning hits, extract(epoch from (window_start - now())) + ? as reset_in`;
+const RATE_LIMIT_UPSERT = rateLimitUpsert(`values (?, ${RATE_LIMIT_WINDOW_START}, 1)`);
+
+/**
+ * RateLimit-* headers for a window with `hits` taken, or the 429 (`Retry-After` added) when
+ * the rule's limit is exceeded.
+ */
+export function rateLimitHeaders(rule: RateLimitRule, hits: number, resetIn: number): Record<string, string> {
+  const reset = Math.max(1, Math.ceil(resetIn));
+  const headers: Record<string, string> = {
+    'RateLimit-Policy': `${rule.limit};w=${rule.windowSeconds}`,
+    'RateLimit-Limit': String(rule.limit),
+    'RateLimit-Remaining': String(Math.max(0, rule.limit - hits)),
+    'RateLimit-Reset': String(reset),
+  };
+  if (hits > rule.limit) {
+    throw new AppError(429, RATE_LIMIT_EXCEEDED, 'RATE_LIMITED', undefined, {
+      ...headers,
+      'Retry-After': String(reset),
+    });
+  }
+  return headers;
+}
+
+/** Tokens used in the billing cycle containing `now`, from the latest cycle row (or none). */
+export function tokensUsedInCycle(
+  start: Date,
+  latest: { cycle_start: Date | string | null; tokens: string | number | null },
+): number {
+  return latest.cycle_start && new Date(latest.cycle_start).getTime() === start.getTime()
+    ? Number(latest.tokens ?? 0)
+    : 0;
+}
 
 /** Price of one line: quantity × unit price in micro-dollars, rounded up to a whole micro. */
 const lineCost = (quantity: number, unitPriceMicros: number) => Math.ceil(quantity * unitPriceMicros - 1e-9);
@@ -207,14 +249,20 @@ export class GenerationMeter implements GenerationMeterContract {
  */
 export class PgMetering implements Metering {
   constructor(
-    private readonly em: () => EntityManager,
+    /** Where statements run: a fresh entity manager per call, or the plain pool (`using`). */
+    private readonly db: () => SqlExecutor,
     readonly settings: MeteringSettings,
   ) {}
+
+  /** The same metering running its statements on `executor` (the `/chat` hot path's pool). */
+  using(executor: SqlExecutor): PgMetering {
+    return new PgMetering(() => executor, this.settings);
+  }
 
   // ---- token quota (/chat) -------------------------------------------------------------
 
   async tokenQuotaStatus(workspaceId: string, now = new Date()): Promise<TokenQuotaStatus> {
-    const rows = await this.em().execute<
+    const rows = await this.db().execute<
       {
         quota: string | null;
         anchor: Date | string;
@@ -235,10 +283,9 @@ export class PgMetering implements Metering {
     if (!row) throw new AppError(404, 'Workspace not found');
     const anchor = new Date(row.anchor);
     const start = cycleStart(anchor, now);
-    const latest = row.cycle_start ? new Date(row.cycle_start).getTime() : undefined;
     return {
       quota: row.quota === null ? null : Number(row.quota),
-      used: latest === start.getTime() ? Number(row.tokens ?? 0) : 0,
+      used: tokensUsedInCycle(start, row),
       cycleStart: start,
       resetsAt: nextCycleStart(anchor, now),
     };
@@ -252,7 +299,7 @@ export class PgMetering implements Metering {
   // ---- credits -----------------------------------------------------------------------------
 
   async balanceMicros(workspaceId: string): Promise<number> {
-    const rows = await this.em().execute<{ b: string }[]>(
+    const rows = await this.db().execute<{ b: string }[]>(
       'select credit_balance_micros as b from workspaces where id = ?',
       [workspaceId],
     );
@@ -275,7 +322,7 @@ export class PgMetering implements Metering {
     // One statement: the UPDATE clamps the debit to what is left (SET expressions all read the
     // row as it was, so `last_debit_micros` is what was taken), and the ledger line is written
     // from its RETURNING. Concurrent debits serialise on the row lock; none can be lost.
-    const rows = await this.em().execute<{ after: string; took: string }[]>(
+    const rows = await this.db().execute<{ after: string; took: string }[]>(
       `with upd as (
          update workspaces set
            credit_balance_micros = credit_balance_micros - least(?::bigint, greatest(credit_balance_micros, 0)),
@@ -304,7 +351,7 @@ export class PgMetering implements Metering {
    */
   async hold(workspaceId: string, micros: number, ref: { reason: string; ref?: string }): Promise<boolean> {
     if (!Number.isSafeInteger(micros) || micros <= 0) throw new Error(`Invalid hold amount ${micros}`);
-    const rows = await this.em().execute<{ after: string }[]>(
+    const rows = await this.db().execute<{ after: string }[]>(
       `with upd as (
          update workspaces set credit_balance_micros = credit_balance_micros - ?::bigint, updated_at = now()
          where id = ? and credit_balance_micros >= ?::bigint
@@ -328,7 +375,7 @@ export class PgMetering implements Metering {
     ref: { reason: string; ref?: string },
   ): Promise<{ balanceMicros: number }> {
     if (!Number.isSafeInteger(micros) || micros <= 0) throw new Error(`Invalid refund amount ${micros}`);
-    const rows = await this.em().execute<{ after: string }[]>(
+    const rows = await this.db().execute<{ after: string }[]>(
       `with upd as (
          update workspaces set credit_balance_micros = credit_balance_micros + ?::bigint, updated_at = now()
          where id = ?
@@ -389,7 +436,7 @@ export class PgMetering implements Metering {
     }
     const tokens = rec.inputTokens + rec.outputTokens;
     // One statement: the record, the key's totals and the workspace's cycle tokens.
-    await this.em().execute(
+    await this.db().execute(
       `with rec as (
          insert into usage_records (id, workspace_id, api_key_id, app_id, thread_id, session_id, run_id,
            request_id, endpoint, model, meter, input_tokens, output_tokens, cost_micros, provider_status,
@@ -436,88 +483,93 @@ export class PgMetering implements Metering {
 
   // ---- rate limits -------------------------------------------------------------------------
 
-  private rateLimitHeaders(rule: RateLimitRule, hits: number, resetIn: number): Record<string, string> {
-    const reset = Math.max(1, Math.ceil(resetIn));
-    const headers: Record<string, string> = {
-      'RateLimit-Policy': `${rule.limit};w=${rule.windowSeconds}`,
-      'RateLimit-Limit': String(rule.limit),
-      'RateLimit-Remaining': String(Math.max(0, rule.limit - hits)),
-      'RateLimit-Reset': String(reset),
-    };
-    if (hits > rule.limit) {
-      throw new AppError(429, RATE_LIMIT_EXCEEDED, 'RATE_LIMITED', undefined, {
-        ...headers,
-        'Retry-After': String(reset),
-      });
-    }
-    return headers;
-  }
-
   async rateLimit(workspaceId: string, bucket: RateLimitBucket): Promise<Record<string, string>> {
     const rule = this.settings.rateLimits[bucket];
     if (!rule || rule.limit <= 0) return {};
     const w = rule.windowSeconds;
     // One statement per request: a fixed window keyed by workspace and bucket, in the
     // database's clock, so every process shares the same counter.
-    const rows = await this.em().execute<{ hits: number; reset_in: string | number }[]>(
-      `${RATE_LIMIT_UPSERT} returning hits, extract(epoch from (window_start - now())) + ? as reset_in`,
-      [`${bucket}:${workspaceId}`, w, w, w],
-    );
+    const rows = await this.db().execute<{ hits: number; reset_in: string | number }[]>(RATE_LIMIT_UPSERT, [
+      `${bucket}:${workspaceId}`,
+      w,
+      w,
+      w,
+    ]);
     const row = rows[0] as { hits: number; reset_in: string | number };
-    return this.rateLimitHeaders(rule, Number(row.hits), Number(row.reset_in));
+    return rateLimitHeaders(rule, Number(row.hits), Number(row.reset_in));
   }
 
   /**
-   * The up-front checks of a token-metered request in ONE round trip: takes a unit from the
-   * rate-limit bucket and reads the token quota. 429 first, then 403 `Token limit exceeded`.
-   * Returns the RateLimit headers and the billing cycle (pass it to `record` as `cycleStart`).
+   * The up-front checks of a token-metered API-key request (`POST /chat`) in ONE statement:
+   * resolves the key (active key of an active workspace; refreshes `last_used_at` at most once
+   * a minute), takes a unit from the workspace's rate-limit bucket when `admit` is set (an
+   * invalid request spends none) and reads the token quota of the current billing cycle.
+   * Undefined when the key does not resolve (401). Otherwise the caller checks, in this order,
+   * its own 400s, then `limit()` (429) and `quota()` (403).
    */
-  async admitTokenMetered(
-    workspaceId: string,
+  async admitKeyRequest(
+    keyHash: string,
     bucket: RateLimitBucket,
+    admit: boolean,
     now = new Date(),
-  ): Promise<{ headers: Record<string, string>; cycleStart: Date }> {
+  ): Promise<KeyAdmission | undefined> {
     const rule = this.settings.rateLimits[bucket];
-    const limited = !!rule && rule.limit > 0;
+    const limited = admit && !!rule && rule.limit > 0;
     const w = rule?.windowSeconds ?? 60;
-    const rows = await this.em().execute<
+    const rows = await this.db().execute<
       {
-        hits: number | null;
-        reset_in: string | number | null;
+        id: string;
+        name: string | null;
+        workspace_id: string;
+        workspace_name: string;
         quota: string | null;
         anchor: Date | string;
+        hits: number | null;
+        reset_in: string | number | null;
         tokens: string | null;
         cycle_start: Date | string | null;
       }[]
     >(
-      `with rl as (${
-        limited
-          ? `${RATE_LIMIT_UPSERT} returning hits, extract(epoch from (window_start - now())) + ? as reset_in`
-          : 'select null::int as hits, null::numeric as reset_in'
-      })
-       select rl.hits, rl.reset_in, w.monthly_token_quota as quota, w.billing_cycle_anchor as anchor,
-              u.tokens, u.cycle_start
-         from workspaces w
-         cross join rl
+      `with async_commit as (select set_config('synchronous_commit', 'off', true) as v), k as (
+         select k.id, k.name, k.workspace_id, w.name as workspace_name,
+                w.monthly_token_quota as quota, w.billing_cycle_anchor as anchor
+           from api_keys k join workspaces w on w.id = k.workspace_id cross join async_commit
+          where k.key_hash = ? and k.revoked_at is null and w.status = 'active'
+       ), touch as (
+         update api_keys set last_used_at = now()
+          where id in (select id from k)
+            and (last_used_at is null or last_used_at < now() - interval '60 seconds')
+       ), rl as (
+         ${rateLimitUpsert(`select ? || k.workspace_id::text, ${RATE_LIMIT_WINDOW_START}, 1 from k where ?::boolean`)}
+       )
+       select k.*, rl.hits, rl.reset_in, u.tokens, u.cycle_start
+         from k
+         left join rl on true
          left join lateral (
            select tokens, cycle_start from workspace_token_usage
-            where workspace_id = w.id order by cycle_start desc limit 1
-         ) u on true
-        where w.id = ?`,
-      limited ? [`${bucket}:${workspaceId}`, w, w, w, workspaceId] : [workspaceId],
+            where workspace_id = k.workspace_id order by cycle_start desc limit 1
+         ) u on true`,
+      [keyHash, `${bucket}:`, w, w, limited, w],
     );
     const row = rows[0];
-    if (!row) throw new AppError(404, 'Workspace not found');
-    const headers =
-      limited && rule ? this.rateLimitHeaders(rule, Number(row.hits), Number(row.reset_in)) : {};
-    const anchor = new Date(row.anchor);
-    const start = cycleStart(anchor, now);
-    const used =
-      row.cycle_start && new Date(row.cycle_start).getTime() === start.getTime()
-        ? Number(row.tokens ?? 0)
-        : 0;
-    if (row.quota !== null && used >= Number(row.quota)) throw new AppError(403, TOKEN_LIMIT_EXCEEDED);
-    return { headers, cycleStart: start };
+    if (!row) return undefined;
+    const start = cycleStart(new Date(row.anchor), now);
+    return {
+      principal: {
+        via: 'apiKey',
+        workspaceId: row.workspace_id,
+        workspaceName: row.workspace_name,
+        keyId: row.id,
+        keyName: row.name,
+      },
+      cycleStart: start,
+      limit: () => (limited && rule ? rateLimitHeaders(rule, Number(row.hits), Number(row.reset_in)) : {}),
+      quota: () => {
+        if (row.quota !== null && tokensUsedInCycle(start, row) >= Number(row.quota)) {
+          throw new AppError(403, TOKEN_LIMIT_EXCEEDED);
+        }
+      },
+    };
   }
 
   // ---- generations ---------------------------------------------------------------------------

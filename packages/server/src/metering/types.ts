@@ -1,3 +1,5 @@
+import type { Principal } from '../auth/principal.js';
+import type { SqlExecutor } from '../db/sql.js';
 import type { LlmUsage, ModelInfo } from '../providers/llm.js';
 
 /**
@@ -70,13 +72,16 @@ export interface Metering {
   rateLimit(workspaceId: string, bucket: RateLimitBucket): Promise<Record<string, string>>;
 
   /**
-   * Up-front checks of a token-metered request in one round trip: rate limit (429) and token
-   * quota (403). Returns the RateLimit headers and the current billing cycle start.
+   * Key lookup + rate limit + token quota of an API-key request in one statement (the
+   * `/chat` hot path); undefined when the key does not resolve.
    */
-  admitTokenMetered(
-    workspaceId: string,
+  admitKeyRequest(
+    keyHash: string,
     bucket: RateLimitBucket,
-  ): Promise<{ headers: Record<string, string>; cycleStart: Date }>;
+    admit: boolean,
+  ): Promise<KeyAdmission | undefined>;
+  /** The same metering on another executor (the plain pool of `db/sql.ts`). */
+  using(executor: SqlExecutor): Metering;
   /** Current balance in micro-dollars. */
   balanceMicros(workspaceId: string): Promise<number>;
   /** The workspace's /chat token quota, usage in the current billing cycle and next reset. */
@@ -133,4 +138,15 @@ export interface GenerationMeter {
    * and reported `short`) and writes the usage record; idempotent.
    */
   finish(providerStatus: UsageRecordInput['providerStatus']): Promise<{ costMicros: number; short: boolean }>;
+}
+
+/** What `admitKeyRequest` found: the caller, the billing cycle and the deferred verdicts. */
+export interface KeyAdmission {
+  principal: Principal;
+  /** Billing cycle of the token quota (pass it to `record` as `cycleStart`). */
+  cycleStart: Date;
+  /** RateLimit-* headers, or throws the 429. */
+  limit(): Record<string, string>;
+  /** Throws 403 `Token limit exceeded` when the cycle's quota is spent. */
+  quota(): void;
 }

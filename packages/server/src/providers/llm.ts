@@ -83,14 +83,16 @@ export interface LlmProvider {
   stream(req: ChatRequest): AsyncIterable<ChatStreamPart>;
   complete(req: ChatRequest): Promise<ChatResult>;
   /**
-   * Fast path for plain text streaming: `onText` is called synchronously per text delta (no
-   * per-chunk objects or promises). `progress.textChars` / `progress.started` are updated as
+   * Fast path for plain text streaming: `onText` is called synchronously per text delta, or
+   * with `coalesce` once per network read from upstream with the deltas that arrived together
+   * (no per-chunk objects or promises). `progress.textChars` / `progress.started` are updated as
    * the stream runs, so a caller can account for an aborted generation. Errors as `stream`.
    */
   streamText(
     req: ChatRequest,
     onText: (text: string) => void,
     progress?: { textChars: number; started: boolean },
+    options?: { coalesce?: boolean },
   ): Promise<{ usage: LlmUsage; finishReason: string; toolCalls: ToolCall[]; textChars: number }>;
   embed(
     model: ModelInfo,

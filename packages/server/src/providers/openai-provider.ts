@@ -16,6 +16,7 @@ import type {
   ToolCall,
 } from './llm.js';
 import type { StaticModelCatalog } from './models.js';
+import { postEventStream, UpstreamHttpError, UpstreamStreamError } from './sse-client.js';
 
 export const AI_UNAVAILABLE = 'AI service is temporarily unavailable';
 
@@ -33,10 +34,27 @@ export function messageChars(messages: LlmMessage[]): number {
   return n;
 }
 
+const CONNECTION_ERRORS = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'EPIPE',
+  'ETIMEDOUT',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+]);
+
 /** The upstream's failure as the error the API answers with (spec 7, 502 rows). */
 export function upstreamError(err: unknown): AppError {
   if (err instanceof AppError) return err;
   if (err instanceof OpenAI.APIConnectionError) return new AppError(502, AI_UNAVAILABLE, 'AI_UNAVAILABLE');
+  if (err instanceof UpstreamHttpError) {
+    return new AppError(502, `AI model error: ${err.message.slice(0, 300)}`, 'AI_MODEL_ERROR', {
+      upstreamStatus: err.status,
+    });
+  }
+  if (err instanceof UpstreamStreamError) return new AppError(502, AI_UNAVAILABLE, 'AI_UNAVAILABLE');
   if (err instanceof OpenAI.APIError && err.status !== undefined) {
     const body = err.error as { message?: unknown } | undefined;
     const detail = typeof body?.message === 'string' && body.message ? body.message : err.message;
@@ -45,7 +63,7 @@ export function upstreamError(err: unknown): AppError {
     });
   }
   const e = err as { code?: string; name?: string; message?: string } | undefined;
-  if (e?.code === 'ECONNREFUSED' || e?.code === 'ECONNRESET' || e?.name === 'TimeoutError') {
+  if ((e?.code && CONNECTION_ERRORS.has(e.code)) || e?.name === 'TimeoutError') {
     return new AppError(502, AI_UNAVAILABLE, 'AI_UNAVAILABLE');
   }
   return new AppError(
@@ -117,11 +135,93 @@ export interface StreamProgress {
   started: boolean;
 }
 
+/**
+ * Folds streamed chat-completion chunks into text callbacks, tool calls, the finish reason and
+ * the usage (or its ~4 chars/token estimate when the upstream reports none).
+ */
+class ChunkAccumulator {
+  private usage: LlmUsage | undefined;
+  /** Text of the current read, handed to `onText` in one piece by `flush`. */
+  private pending = '';
+  private finishReason = 'stop';
+  private readonly calls: ToolCall[] = [];
+
+  constructor(
+    private readonly onText: (text: string) => void,
+    private readonly progress: StreamProgress,
+    /** Hand text over per network read (`flush`) instead of per delta. */
+    private readonly coalesce: boolean,
+  ) {}
+
+  add(chunk: ChatCompletionChunk): void {
+    this.progress.started = true;
+    const choice = chunk.choices?.[0];
+    if (choice) {
+      const delta = choice.delta;
+      const text = delta?.content;
+      if (text) {
+        this.progress.textChars += text.length;
+        if (this.coalesce) this.pending += text;
+        else this.onText(text);
+      }
+      if (delta?.tool_calls) {
+        for (const tc of delta.tool_calls) {
+          let slot = this.calls[tc.index];
+          if (!slot) {
+            slot = { id: tc.id ?? '', name: '', arguments: '' };
+            this.calls[tc.index] = slot;
+          }
+          if (tc.id) slot.id = tc.id;
+          if (tc.function?.name) slot.name += tc.function.name;
+          if (tc.function?.arguments) slot.arguments += tc.function.arguments;
+        }
+      }
+      if (choice.finish_reason) this.finishReason = choice.finish_reason;
+    }
+    if (chunk.usage) {
+      this.usage = {
+        inputTokens: chunk.usage.prompt_tokens ?? 0,
+        outputTokens: chunk.usage.completion_tokens ?? 0,
+        estimated: false,
+      };
+    }
+  }
+
+  /** Hands the text gathered since the last flush to `onText` (nothing when there is none). */
+  flush(): void {
+    if (this.pending === '') return;
+    const text = this.pending;
+    this.pending = '';
+    this.onText(text);
+  }
+
+  result(messages: LlmMessage[]): StreamTextResult {
+    this.flush();
+    const toolCalls = this.calls.filter(Boolean);
+    let usage = this.usage;
+    if (!usage) {
+      let outChars = this.progress.textChars;
+      for (const t of toolCalls) outChars += t.name.length + t.arguments.length;
+      usage = {
+        inputTokens: estimateTokens(messageChars(messages)),
+        outputTokens: estimateTokens(outChars),
+        estimated: true,
+      };
+    }
+    return { usage, finishReason: this.finishReason, toolCalls, textChars: this.progress.textChars };
+  }
+}
+
 export interface LlmSettings {
   maxRetries: number;
   timeoutMs: number;
   /** `fetch` for the SDK (default: Node's http client, see http-fetch.ts). */
   fetch?: typeof fetch;
+  /**
+   * How streams are read: `node` (default) posts on Node's HTTP client and parses the event
+   * stream itself (`sse-client.ts`); `sdk` streams through the `openai` SDK.
+   */
+  streaming?: 'node' | 'sdk';
 }
 
 /**
@@ -130,11 +230,32 @@ export interface LlmSettings {
  */
 export class OpenAiLlmProvider implements LlmProvider {
   private readonly clients = new Map<string, OpenAI>();
+  private readonly endpoints = new Map<string, { completionsUrl: URL; headers: Record<string, string> }>();
 
   constructor(
     private readonly catalog: StaticModelCatalog,
     private readonly settings: LlmSettings,
   ) {}
+
+  /** Where the streaming client posts for a provider, and with which headers. */
+  private provider(providerId: string) {
+    let e = this.endpoints.get(providerId);
+    if (!e) {
+      const p = this.catalog.provider(providerId);
+      if (!p) throw new AppError(503, 'Model configuration error');
+      const base = (p.baseUrl ?? 'https://api.openai.com/v1').replace(/\/+$/, '');
+      e = {
+        completionsUrl: new URL(`${base}/chat/completions`),
+        headers: {
+          'content-type': 'application/json',
+          accept: 'text/event-stream',
+          authorization: `Bearer ${p.apiKey || 'unset'}`,
+        },
+      };
+      this.endpoints.set(providerId, e);
+    }
+    return e;
+  }
 
   client(providerId: string): OpenAI {
     let c = this.clients.get(providerId);
@@ -154,80 +275,57 @@ export class OpenAiLlmProvider implements LlmProvider {
   }
 
   /**
-   * The fast path for plain text streaming (`/chat`): `onText` is called synchronously for each
-   * text delta, with no per-chunk wrapper objects or extra promises. Rejects with an `AppError`
-   * (502) on upstream failure, or with the abort error when `signal` fired. `progress` is
-   * updated as text arrives so a caller can account for an aborted generation.
+   * The fast path for streaming (`/chat`, agents, apps): `onText` is called synchronously per
+   * text delta, or with `coalesce` once per network read with the deltas that arrived together
+   * (`/chat`: one downstream write per read, not per delta), with no per-chunk wrapper objects
+   * or extra promises. Rejects with an
+   * `AppError` (502) on upstream failure, or with the abort error when `signal` fired.
+   * `progress` is updated as text arrives so a caller can account for an aborted generation.
+   *
+   * By default the request goes out on Node's HTTP client and the event stream is parsed by
+   * `eventsource-parser` (`sse-client.ts`); the `openai` SDK's request and stream machinery
+   * costs about twice the CPU per streamed reply (decision 0014). `LLM_HTTP_CLIENT=fetch`
+   * streams through the SDK instead. Both feed the same `ChunkAccumulator`.
    */
   async streamText(
     req: ChatRequest,
     onText: (text: string) => void,
     progress: StreamProgress = { textChars: 0, started: false },
+    options: { coalesce?: boolean } = {},
   ): Promise<StreamTextResult> {
-    const client = this.client(req.model.provider);
-    let stream: AsyncIterable<ChatCompletionChunk>;
+    const acc = new ChunkAccumulator(onText, progress, options.coalesce ?? false);
+    const body = { ...buildParams(req), stream: true as const, stream_options: { include_usage: true } };
     try {
-      stream = await client.chat.completions.create(
-        { ...buildParams(req), stream: true, stream_options: { include_usage: true } },
-        { signal: req.signal },
-      );
-    } catch (err) {
-      if (isAbortError(err) || req.signal?.aborted) throw err;
-      throw upstreamError(err);
-    }
-    let usage: LlmUsage | undefined;
-    let finishReason = 'stop';
-    const calls: { id: string; name: string; arguments: string }[] = [];
-    try {
-      for await (const chunk of stream) {
-        progress.started = true;
-        const choice = chunk.choices[0];
-        if (choice) {
-          const delta = choice.delta;
-          const text = delta?.content;
-          if (text) {
-            progress.textChars += text.length;
-            onText(text);
-          }
-          if (delta?.tool_calls) {
-            for (const tc of delta.tool_calls) {
-              let slot = calls[tc.index];
-              if (!slot) {
-                slot = { id: tc.id ?? '', name: '', arguments: '' };
-                calls[tc.index] = slot;
-              }
-              if (tc.id) slot.id = tc.id;
-              if (tc.function?.name) slot.name += tc.function.name;
-              if (tc.function?.arguments) slot.arguments += tc.function.arguments;
-            }
-          }
-          if (choice.finish_reason) finishReason = choice.finish_reason;
+      if (this.settings.streaming === 'sdk') {
+        const stream = await this.client(req.model.provider).chat.completions.create(body, {
+          signal: req.signal,
+        });
+        for await (const chunk of stream) {
+          acc.add(chunk);
+          acc.flush();
         }
-        if (chunk.usage) {
-          usage = {
-            inputTokens: chunk.usage.prompt_tokens ?? 0,
-            outputTokens: chunk.usage.completion_tokens ?? 0,
-            estimated: false,
-          };
-        }
+        // The SDK ends the iteration quietly on abort: a cut-short reply must not look complete.
+        if (req.signal?.aborted) throw new OpenAI.APIUserAbortError();
+      } else {
+        const p = this.provider(req.model.provider);
+        await postEventStream(
+          {
+            url: p.completionsUrl,
+            headers: p.headers,
+            body: JSON.stringify(body),
+            signal: req.signal,
+            timeoutMs: this.settings.timeoutMs,
+            maxRetries: this.settings.maxRetries,
+          },
+          (data) => acc.add(JSON.parse(data) as ChatCompletionChunk),
+          () => acc.flush(),
+        );
       }
     } catch (err) {
       if (isAbortError(err) || req.signal?.aborted) throw err;
       throw upstreamError(err);
     }
-    // The SDK ends the iteration quietly on abort: a cut-short reply must not look complete.
-    if (req.signal?.aborted) throw new OpenAI.APIUserAbortError();
-    const toolCalls = calls.filter(Boolean);
-    if (!usage) {
-      let outChars = progress.textChars;
-      for (const t of toolCalls) outChars += t.name.length + t.arguments.length;
-      usage = {
-        inputTokens: estimateTokens(messageChars(req.messages)),
-        outputTokens: estimateTokens(outChars),
-        estimated: true,
-      };
-    }
-    return { usage, finishReason, toolCalls, textChars: progress.textChars };
+    return acc.result(req.messages);
   }
 
   async *stream(req: ChatRequest): AsyncIterable<ChatStreamPart> {

@@ -1,4 +1,5 @@
 import fs from 'node:fs';
+import http from 'node:http';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
@@ -32,8 +33,13 @@ const chat = () => catalog.resolve('chat');
 
 describe('OpenAI-compatible provider against the fake upstream', () => {
   it('streams text, asks for usage and reports the upstream usage', async () => {
-    fake.script({ text: ['Hel', 'lo ', 'world'], usage: { prompt_tokens: 11, completion_tokens: 3 } });
+    fake.script({
+      text: ['Hel', 'lo ', 'world'],
+      paceMs: 20,
+      usage: { prompt_tokens: 11, completion_tokens: 3 },
+    });
     const parts = await collect(llm.stream({ model: chat(), messages: [{ role: 'user', content: 'hi' }] }));
+    // Paced chunks arrive in separate reads, so each is its own text part, in order.
     expect(parts.filter((p) => p.type === 'text').map((p) => (p as { text: string }).text)).toEqual([
       'Hel',
       'lo ',
@@ -144,7 +150,7 @@ describe('OpenAI-compatible provider against the fake upstream', () => {
     const err = await llm
       .streamText({ model: chat(), messages: [{ role: 'user', content: 'hi' }] }, (t) => got.push(t))
       .catch((e: unknown) => e);
-    expect(got).toEqual(['a', 'b']);
+    expect(got.join('')).toBe('ab');
     expect(err).toBeInstanceOf(AppError);
     expect((err as AppError).status).toBe(502);
   });
@@ -166,7 +172,7 @@ describe('OpenAI-compatible provider against the fake upstream', () => {
   });
 
   it('works the same on the global fetch (LLM_HTTP_CLIENT=fetch)', async () => {
-    const viaFetch = new OpenAiLlmProvider(catalog, { maxRetries: 0, timeoutMs: 5_000 });
+    const viaFetch = new OpenAiLlmProvider(catalog, { maxRetries: 0, timeoutMs: 5_000, streaming: 'sdk' });
     fake.script({ text: ['x', 'y'], usage: { prompt_tokens: 2, completion_tokens: 2 } });
     const got: string[] = [];
     const r = await viaFetch.streamText({ model: chat(), messages: [{ role: 'user', content: 'hi' }] }, (t) =>
@@ -178,6 +184,36 @@ describe('OpenAI-compatible provider against the fake upstream', () => {
     await expect(
       viaFetch.streamText({ model: chat(), messages: [{ role: 'user', content: 'hi' }] }, () => {}),
     ).rejects.toMatchObject({ status: 502, message: 'AI model error: no such model' });
+  });
+
+  it('coalesces the deltas of one network read into one onText call when asked (the /chat path)', async () => {
+    // Three events written at once arrive in one read: per delta by default, one piece coalesced.
+    const frames = ['A', 'B', 'C']
+      .map((c) => `data: ${JSON.stringify({ choices: [{ index: 0, delta: { content: c } }] })}\n\n`)
+      .join('');
+    const srv = http.createServer((_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      res.end(`${frames}data: [DONE]\n\n`);
+    });
+    await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
+    try {
+      const port = (srv.address() as net.AddressInfo).port;
+      const local = loadModelCatalog({
+        ...fakeOpenAIEnv(fake),
+        OPENAI_BASE_URL: `http://127.0.0.1:${port}/v1`,
+      });
+      const p = new OpenAiLlmProvider(local, { maxRetries: 0, timeoutMs: 5_000 });
+      const req = { model: local.resolve('chat'), messages: [{ role: 'user' as const, content: 'hi' }] };
+      const perDelta: string[] = [];
+      await p.streamText(req, (t) => perDelta.push(t));
+      expect(perDelta).toEqual(['A', 'B', 'C']);
+      const coalesced: string[] = [];
+      const r = await p.streamText(req, (t) => coalesced.push(t), undefined, { coalesce: true });
+      expect(coalesced).toEqual(['ABC']);
+      expect(r.textChars).toBe(3);
+    } finally {
+      srv.close();
+    }
   });
 
   it('embeds through the embeddings endpoint, deterministically', async () => {

@@ -1,5 +1,6 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
 import type { Config } from '../config.js';
+import { emExecutor } from '../db/sql.js';
 import { meteringSettingsFromEnv, PgMetering } from '../metering/service.js';
 import { createHttpFetch } from './http-fetch.js';
 import { loadModelCatalog } from './models.js';
@@ -18,9 +19,10 @@ export function createAiDeps(config: Config, em: () => EntityManager) {
   const llm = new OpenAiLlmProvider(models, {
     maxRetries: nonNegInt(config.env.LLM_MAX_RETRIES, 'LLM_MAX_RETRIES', 1),
     timeoutMs: Math.max(1, nonNegInt(config.env.LLM_TIMEOUT_MS, 'LLM_TIMEOUT_MS', 60_000)),
-    // `LLM_HTTP_CLIENT=fetch` switches the SDK back to the global fetch.
+    // `LLM_HTTP_CLIENT=fetch`: everything, streams included, through the SDK on the global fetch.
     fetch: config.env.LLM_HTTP_CLIENT === 'fetch' ? undefined : createHttpFetch(),
+    streaming: config.env.LLM_HTTP_CLIENT === 'fetch' ? 'sdk' : 'node',
   });
-  const metering = new PgMetering(em, meteringSettingsFromEnv(config.env));
+  const metering = new PgMetering(() => emExecutor(em()), meteringSettingsFromEnv(config.env));
   return { models, llm, metering };
 }

@@ -1,12 +1,14 @@
-import express, { type NextFunction, type Request, type Response } from 'express';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import express from 'express';
 import { z } from 'zod';
+import { bearerToken, isWellFormedApiKey } from '../../auth/api-keys.js';
+import type { Principal } from '../../auth/principal.js';
 import type { ServerDeps } from '../../context.js';
 import { AppError, INVALID_REQUEST_BODY, sendError, toAppError } from '../../http/errors.js';
 import type { RawRouteModule } from '../../http/raw-routes.js';
 import { isAbortError } from '../../providers/openai-provider.js';
-import { authenticateApiKey } from '../../trpc.js';
-import { ChatRequestSchema, parseChatRequest } from './schema.js';
-import { ChatService } from './service.js';
+import { ChatRequestSchema } from './schema.js';
+import { ChatService, type PreparedChat } from './service.js';
 
 /** Bodies above this are refused (the spec recommends ~20,000 characters in total). */
 const BODY_LIMIT = '1mb';
@@ -19,30 +21,36 @@ const STREAM_HEADERS: Record<string, string> = {
 };
 
 const jsonBody = express.json({ limit: BODY_LIMIT, type: () => true });
+const JSON_TYPE = /^application\/json\s*(;|$)/i;
 
-function requireJson(req: Request, _res: Response, next: NextFunction) {
-  const type = req.headers['content-type'] ?? '';
-  if (!/^application\/json\s*(;|$)/i.test(type)) return next(new AppError(400, INVALID_REQUEST_BODY));
-  next();
-}
+/** A Node request as the fast path and express both hand it over. */
+type ChatRequestMessage = IncomingMessage & { requestId?: string; principal?: Principal; body?: unknown };
 
-function authenticate(deps: ServerDeps) {
-  return (req: Request, _res: Response, next: NextFunction) => {
-    authenticateApiKey(req, deps.em()).then(() => next(), next);
-  };
+/** The parsed JSON body, or the 400/413 it earns (reported only after authentication). */
+function readJson(
+  req: ChatRequestMessage,
+  res: ServerResponse,
+): Promise<{ body?: unknown; error?: AppError }> {
+  if (!JSON_TYPE.test(req.headers['content-type'] ?? '')) {
+    return Promise.resolve({ error: new AppError(400, INVALID_REQUEST_BODY) });
+  }
+  return new Promise((resolve) => {
+    jsonBody(req, res, (err?: unknown) => resolve(err ? { error: toAppError(err) } : { body: req.body }));
+  });
 }
 
 /**
  * `POST /chat`: the reply streamed as plain text chunks under `text/event-stream` (no JSON,
- * no terminator; spec 4.1, 6.1). The chunk path is a synchronous callback from the provider
- * straight into `res.write`: no tRPC, no per-chunk objects; usage is written after the end.
+ * no terminator; spec 4.1, 6.1). The hot path: one SQL statement on the plain pool before the
+ * upstream call (key, rate limit, quota), the upstream stream parsed without the SDK, each text
+ * read a synchronous `res.write`, and the usage written after the end. No tRPC, no ORM, no
+ * express API: the handler takes Node's request and response, so the HTTP server's fast path
+ * (`http/fast-path.ts`) can call it without the express stack, and express mounts it too.
  */
 function chatHandler(deps: ServerDeps) {
   const service = new ChatService(deps);
-  return async (req: Request, res: Response) => {
+  return async (req: ChatRequestMessage, res: ServerResponse): Promise<void> => {
     const started = Date.now();
-    const principal = req.principal;
-    if (!principal) return sendError(res, new AppError(401, 'Invalid API key'));
     const requestId = req.requestId ?? '';
     // Listen from the start: a client gone during the checks must not start a generation.
     const ac = new AbortController();
@@ -53,19 +61,28 @@ function chatHandler(deps: ServerDeps) {
         ac.abort();
       }
     });
-    let prepared: Awaited<ReturnType<ChatService['prepare']>>;
+    let principal: Principal;
+    let prepared: PreparedChat;
     try {
-      prepared = await service.prepare(principal, parseChatRequest(req.body));
+      const authorization = req.headers.authorization;
+      // A malformed key is refused before the body is read; everything else in one statement.
+      if (!authorization || !isWellFormedApiKey(bearerToken(authorization) ?? '')) {
+        throw new AppError(401, 'Invalid API key');
+      }
+      const { body, error } = await readJson(req, res);
+      ({ principal, prepared } = await service.prepare(authorization, body, error));
+      req.principal = principal;
     } catch (err) {
-      return sendError(res, toAppError(err));
+      sendError(res, toAppError(err));
+      return;
     }
     if (clientGone) return;
     const progress = { textChars: 0, started: false };
     let headersSent = false;
     const sendHeaders = () => {
       headersSent = true;
+      // Node's HTTP server already disables Nagle on accepted sockets (`noDelay` default).
       res.writeHead(200, { ...STREAM_HEADERS, ...prepared.headers });
-      res.socket?.setNoDelay(true);
     };
     const onText = (text: string) => {
       if (clientGone) return;
@@ -80,6 +97,7 @@ function chatHandler(deps: ServerDeps) {
         { model: prepared.model, messages: prepared.messages, signal: ac.signal },
         onText,
         progress,
+        { coalesce: true },
       );
       usage = result.usage.estimated ? undefined : result.usage;
       if (!clientGone) {
@@ -121,8 +139,10 @@ const errorResponse = (description: string) => ({ description });
 export const chatRoutes: RawRouteModule = {
   name: 'chat',
   mount(router, deps) {
-    router.post('/chat', authenticate(deps), requireJson, jsonBody, chatHandler(deps));
+    const handler = chatHandler(deps);
+    router.post('/chat', (req, res) => handler(req, res));
   },
+  fast: [{ method: 'POST', path: '/chat', handler: chatHandler }],
   openapi: {
     '/chat': {
       post: {

@@ -1,8 +1,11 @@
+import { bearerToken, hashApiKey, isWellFormedApiKey } from '../../auth/api-keys.js';
 import type { Principal } from '../../auth/principal.js';
 import type { ServerDeps } from '../../context.js';
+import { AppError, INVALID_REQUEST_BODY, toAppError } from '../../http/errors.js';
+import type { Metering } from '../../metering/types.js';
 import type { LlmMessage, ModelInfo } from '../../providers/llm.js';
 import { estimateTokens, messageChars } from '../../providers/openai-provider.js';
-import type { ChatRequestInput } from './schema.js';
+import { type ChatRequestInput, parseChatRequest } from './schema.js';
 
 export const CHAT_ENDPOINT = '/chat';
 
@@ -17,16 +20,48 @@ export interface PreparedChat {
 
 /**
  * `/chat` (spec 4.1): token-metered against the workspace's monthly quota, rate limited per
- * workspace. The route streams; this holds the checks and the accounting, no req/res.
+ * workspace. The route streams; this holds the checks and the accounting, no req/res. Its
+ * statements run on the plain pool (`db/sql.ts`), off the ORM: this is the hot path.
  */
 export class ChatService {
-  constructor(private readonly deps: ServerDeps) {}
+  private readonly metering: Metering;
 
-  /** Model (400 `Invalid model` / 503), rate limit (429) and token quota (403), before any upstream call. */
-  async prepare(principal: Principal, input: ChatRequestInput): Promise<PreparedChat> {
-    const model = this.deps.models.resolve('chat', input.model);
-    const { headers, cycleStart } = await this.deps.metering.admitTokenMetered(principal.workspaceId, 'chat');
-    return { model, messages: input.messages, headers, cycleStart };
+  constructor(private readonly deps: ServerDeps) {
+    this.metering = deps.metering.using(deps.db.sql);
+  }
+
+  /**
+   * Everything before the upstream call, with one database statement: 401 `Invalid API key`,
+   * then the body's 400s (`bodyError` from reading it, then `parseChatRequest`) and the
+   * model's 400/503, then 429, then 403 `Token limit exceeded`. A request refused with a 400
+   * spends no rate-limit unit.
+   */
+  async prepare(
+    authorization: string | undefined,
+    body: unknown,
+    bodyError?: AppError,
+  ): Promise<{ principal: Principal; prepared: PreparedChat }> {
+    const token = bearerToken(authorization);
+    if (!token || !isWellFormedApiKey(token)) throw new AppError(401, 'Invalid API key');
+    let invalid: AppError | undefined;
+    let input: ChatRequestInput | undefined;
+    let model: ModelInfo | undefined;
+    try {
+      if (bodyError) throw bodyError;
+      input = parseChatRequest(body);
+      model = this.deps.models.resolve('chat', input.model);
+    } catch (err) {
+      invalid = toAppError(err);
+    }
+    const admission = await this.metering.admitKeyRequest(hashApiKey(token), 'chat', !invalid);
+    if (!admission) throw new AppError(401, 'Invalid API key');
+    if (invalid || !input || !model) throw invalid ?? new AppError(400, INVALID_REQUEST_BODY);
+    const headers = admission.limit();
+    admission.quota();
+    return {
+      principal: admission.principal,
+      prepared: { model, messages: input.messages, headers, cycleStart: admission.cycleStart },
+    };
   }
 
   /**
@@ -53,12 +88,8 @@ export class ChatService {
             outputTokens: estimateTokens(args.streamedChars),
           }
         : { inputTokens: 0, outputTokens: 0 });
-    const { costMicros, lines } = this.deps.metering.price(
-      prepared.model,
-      usage.inputTokens,
-      usage.outputTokens,
-    );
-    await this.deps.metering.record({
+    const { costMicros, lines } = this.metering.price(prepared.model, usage.inputTokens, usage.outputTokens);
+    await this.metering.record({
       workspaceId: args.principal.workspaceId,
       apiKeyId: args.principal.keyId ?? null,
       requestId: args.requestId,
