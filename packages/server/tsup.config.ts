@@ -1,7 +1,7 @@
 import { defineConfig } from 'tsup';
 
 export default defineConfig({
-  entry: { main: 'src/main.ts', cli: 'src/cli/main.ts' },
+  entry: { main: 'src/main.ts', cli: 'src/cli/main.ts', index: 'src/index.ts' },
   format: ['esm'],
   platform: 'node',
   target: 'node20',

@@ -1,8 +1,14 @@
 /**
  * Child process: the AI Suite server pointed at the fake upstream, on its own embedded
- * database (or DATABASE_URL). Answers `stats` with its CPU time and peak RSS.
+ * database (or DATABASE_URL). Answers `stats` with its CPU time and peak RSS. Runs the
+ * production build (`packages/server/dist`, what `pnpm start` runs; the bench script builds it
+ * first), or the TypeScript sources with BENCH_FROM_SOURCE=1.
  */
-import { createServer } from '@ai-suite/server';
+import type * as ServerModule from '@ai-suite/server';
+
+const { createServer }: typeof ServerModule = await import(
+  process.env.BENCH_FROM_SOURCE === '1' ? '@ai-suite/server' : '../../../packages/server/dist/index.js'
+);
 
 const server = await createServer({ env: process.env });
 const { url } = await server.listen(0, '127.0.0.1');

@@ -25,6 +25,11 @@ export interface ServerDeps {
   llm: LlmProvider;
   /** Token quota, credits, rate limits and usage records. */
   metering: Metering;
+  /**
+   * The same metering on the plain pool (`db.sql`) with batched usage records: for hot paths
+   * outside any ORM transaction (`POST /chat`). Closed (pending records written) at shutdown.
+   */
+  poolMetering: Metering;
   /** The one object store (S3 or `DATA_DIR/objects`): uploads, images, deliverables. */
   objects: ObjectStore;
 }

@@ -81,7 +81,8 @@ export async function createServer(opts: CreateServerOptions = {}): Promise<AiSu
   let listeningUrl = `http://127.0.0.1:${config.port}`;
   const objects = createObjectStore(config, () => config.publicBaseUrl ?? listeningUrl);
   const runs = createRunEngine({ config, log, em });
-  const deps: ServerDeps = { config, db, log, em, ...ai, objects, runs };
+  const poolMetering = ai.metering.using(db.sql, { batchUsage: true });
+  const deps: ServerDeps = { config, db, log, em, ...ai, poolMetering, objects, runs };
   registerAgentRuntime(deps);
   const autonomous = registerAutonomousRuns(deps);
   await runs.start();
@@ -119,6 +120,7 @@ export async function createServer(opts: CreateServerOptions = {}): Promise<AiSu
         }
         await autonomous.stop();
         await runs.stop();
+        await poolMetering.close();
         await db.close();
       })();
       return closing;

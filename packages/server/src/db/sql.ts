@@ -2,6 +2,8 @@ import { createHash } from 'node:crypto';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import pg from 'pg';
 
+const { escapeLiteral } = pg;
+
 /**
  * What a statement needs to run: the ORM's entity manager and the plain pool below both
  * provide it. Statements are written with `?` placeholders (the ORM's style).
@@ -24,6 +26,31 @@ interface Prepared {
 export function toPositional(sql: string): string {
   let n = 0;
   return sql.replace(/\?/g, () => `$${++n}`);
+}
+
+/** One value as an SQL literal: numbers parenthesised (never `--`), strings escaped by `pg`. */
+export function sqlLiteral(v: unknown): string {
+  if (v === null || v === undefined) return 'NULL';
+  if (typeof v === 'number') {
+    if (!Number.isFinite(v)) throw new Error(`Cannot inline ${v}`);
+    return `(${v})`;
+  }
+  if (typeof v === 'bigint') return `(${v})`;
+  if (typeof v === 'boolean') return v ? 'TRUE' : 'FALSE';
+  if (v instanceof Date) return `'${v.toISOString()}'`;
+  if (typeof v === 'string') return escapeLiteral(v);
+  return escapeLiteral(JSON.stringify(v));
+}
+
+/** `?` placeholders replaced by the values as literals (for the simple query protocol). */
+export function inlineParams(sql: string, params: unknown[]): string {
+  let i = 0;
+  const out = sql.replace(/\?/g, () => {
+    if (i >= params.length) throw new Error('Fewer parameters than placeholders');
+    return sqlLiteral(params[i++]);
+  });
+  if (i !== params.length) throw new Error('More parameters than placeholders');
+  return out;
 }
 
 /**
@@ -71,6 +98,12 @@ export class SqlPool implements SqlExecutor {
   }
 
   async execute<T = Record<string, unknown>[]>(sql: string, params: unknown[] = []): Promise<T> {
+    if (!this.prepare) {
+      // PGlite: one simple-protocol message instead of five extended-protocol ones (its socket
+      // server enters the WASM engine once per protocol message).
+      const res = await this.pool.query(inlineParams(sql, params));
+      return res.rows as T;
+    }
     const { name, text } = this.statement(sql);
     const res = await this.pool.query({ name, text, values: params });
     return res.rows as T;

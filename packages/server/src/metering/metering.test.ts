@@ -321,6 +321,52 @@ describe('token quota and usage records', () => {
   });
 });
 
+describe('batched usage records (the /chat hot path)', () => {
+  it('writes concurrent records in batches with exact totals; a bad record fails alone; close writes what is pending', async () => {
+    const ws = await createTestWorkspace(ts, { monthlyTokenQuota: 1_000_000 });
+    const model = ts.server.deps.models.resolve('chat');
+    const batched = metering.using(ts.server.deps.db.sql, { batchUsage: true });
+    const rec = (i: number, workspaceId = ws.workspaceId) => ({
+      workspaceId,
+      apiKeyId: workspaceId === ws.workspaceId ? ws.keyId : null,
+      requestId: `req_batch_${i}`,
+      endpoint: '/chat',
+      model: model.id,
+      inputTokens: 3,
+      outputTokens: 2,
+      costMicros: 7,
+      providerStatus: 'success',
+      latencyMs: 1,
+      meter: 'tokens' as const,
+    });
+    const results = await Promise.allSettled([
+      ...Array.from({ length: 40 }, (_, i) => batched.record(rec(i))),
+      // A workspace that does not exist: its record fails (foreign key), the others are kept.
+      batched.record(rec(99, '00000000-0000-4000-8000-000000000000')),
+    ]);
+    expect(results.filter((r) => r.status === 'fulfilled')).toHaveLength(40);
+    expect(results.at(-1)?.status).toBe('rejected');
+    const [count] = await sql<{ n: string }>(
+      "select count(*) as n from usage_records where request_id like 'req_batch_%'",
+    );
+    expect(Number(count?.n)).toBe(40);
+    const [key] = await sql<Record<string, string>>('select * from api_keys where id = ?', [ws.keyId]);
+    expect([key?.request_count, key?.input_tokens, key?.output_tokens, key?.cost_micros].map(Number)).toEqual(
+      [40, 120, 80, 280],
+    );
+    expect((await metering.tokenQuotaStatus(ws.workspaceId)).used).toBe(200);
+
+    // Pending records are written by close(), not dropped.
+    const late = batched.record({ ...rec(41), requestId: 'req_batch_late' });
+    await batched.close();
+    await late;
+    const [lateRow] = await sql<{ n: string }>(
+      "select count(*) as n from usage_records where request_id = 'req_batch_late'",
+    );
+    expect(Number(lateRow?.n)).toBe(1);
+  });
+});
+
 describe('rate limits', () => {
   it('allows the configured number per window, then 429 with Retry-After and RateLimit headers, across processes', async () => {
     const ws = await createTestWorkspace(ts);

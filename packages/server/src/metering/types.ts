@@ -80,8 +80,10 @@ export interface Metering {
     bucket: RateLimitBucket,
     admit: boolean,
   ): Promise<KeyAdmission | undefined>;
-  /** The same metering on another executor (the plain pool of `db/sql.ts`). */
-  using(executor: SqlExecutor): Metering;
+  /** The same metering on another executor (the plain pool of `db/sql.ts`), usage batched or not. */
+  using(executor: SqlExecutor, opts?: { batchUsage?: boolean }): Metering;
+  /** Writes pending batched usage records (shutdown). */
+  close(): Promise<void>;
   /** Current balance in micro-dollars. */
   balanceMicros(workspaceId: string): Promise<number>;
   /** The workspace's /chat token quota, usage in the current billing cycle and next reset. */

@@ -27,7 +27,7 @@ export class ChatService {
   private readonly metering: Metering;
 
   constructor(private readonly deps: ServerDeps) {
-    this.metering = deps.metering.using(deps.db.sql);
+    this.metering = deps.poolMetering;
   }
 
   /**
