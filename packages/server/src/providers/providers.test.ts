@@ -186,6 +186,24 @@ describe('OpenAI-compatible provider against the fake upstream', () => {
     ).rejects.toMatchObject({ status: 502, message: 'AI model error: no such model' });
   });
 
+  it('retries a retryable upstream status before the first byte, as the SDK does', async () => {
+    const retrying = new OpenAiLlmProvider(catalog, { maxRetries: 1, timeoutMs: 5_000 });
+    fake.script({ error: { status: 503, message: 'busy' } });
+    fake.script({ text: ['o', 'k'], usage: { prompt_tokens: 1, completion_tokens: 1 } });
+    const got: string[] = [];
+    await retrying.streamText({ model: chat(), messages: [{ role: 'user', content: 'hi' }] }, (t) =>
+      got.push(t),
+    );
+    expect(got.join('')).toBe('ok');
+    expect(fake.requests).toHaveLength(2);
+    // A 400 is not retried.
+    fake.script({ error: { status: 400, message: 'bad input' } });
+    await expect(
+      retrying.streamText({ model: chat(), messages: [{ role: 'user', content: 'hi' }] }, () => {}),
+    ).rejects.toMatchObject({ status: 502, message: 'AI model error: bad input' });
+    expect(fake.requests).toHaveLength(3);
+  });
+
   it('coalesces the deltas of one network read into one onText call when asked (the /chat path)', async () => {
     // Three events written at once arrive in one read: per delta by default, one piece coalesced.
     const frames = ['A', 'B', 'C']

@@ -108,6 +108,9 @@ function send(opts: SsePostOptions): Promise<{ req: http.ClientRequest; res: Inc
     };
     req.once('response', (res) => {
       settle();
+      // From here on a failure shows on the response (`close` without `complete`); a late
+      // socket error on the request must not be an unhandled 'error' event.
+      req.on('error', () => {});
       resolve({ req, res });
     });
     req.once('error', (err) => {
