@@ -166,7 +166,7 @@ export async function openDatabase(opts: OpenDatabaseOptions): Promise<Database>
           database: 'postgres',
           max: poolMax,
         },
-    kind === 'server',
+    kind,
   );
   return {
     orm,

@@ -17,8 +17,11 @@ export const emExecutor = (em: EntityManager): SqlExecutor => ({
   execute: <T>(sql: string, params: unknown[] = []) => em.execute(sql, params) as Promise<T>,
 });
 
+const UNDEFINED_PREPARED_STATEMENT = '26000';
+const DUPLICATE_PREPARED_STATEMENT = '42P05';
+
 interface Prepared {
-  name: string | undefined;
+  name: string;
   text: string;
 }
 
@@ -42,42 +45,31 @@ export function sqlLiteral(v: unknown): string {
   return escapeLiteral(JSON.stringify(v));
 }
 
-/** `?` placeholders replaced by the values as literals (for the simple query protocol). */
-export function inlineParams(sql: string, params: unknown[]): string {
-  let i = 0;
-  const out = sql.replace(/\?/g, () => {
-    if (i >= params.length) throw new Error('Fewer parameters than placeholders');
-    return sqlLiteral(params[i++]);
-  });
-  if (i !== params.length) throw new Error('More parameters than placeholders');
-  return out;
-}
-
 /**
  * A plain `pg` pool beside the ORM, for the request hot path (`POST /chat`): each statement
- * is converted once, prepared once per connection (named statements, on a PostgreSQL server)
- * and run without the ORM's per-call machinery (MikroORM + knex cost ~1 ms of CPU per
- * statement under load, bench/README.md). Never used inside an ORM transaction: it is a
- * different connection.
+ * is prepared once and then only executed, without the ORM's per-call machinery (MikroORM +
+ * knex cost ~1 ms of CPU per statement under load, bench/README.md). Never used inside an
+ * ORM transaction: it is a different connection.
+ *
+ * - `server` (PostgreSQL): named statements of the extended protocol, prepared once per
+ *   connection, with generic plans (`plan_cache_mode`): these are key lookups whose best plan
+ *   never depends on the values, and planning the CTEs costs ~0.5 ms per execution.
+ * - `embedded` (PGlite): its socket server shares ONE session between all connections and
+ *   enters the WASM engine once per protocol message; parsing and planning a CTE there costs
+ *   ~2.5 ms. So statements are prepared in that shared session with SQL `PREPARE` and run as
+ *   `EXECUTE name(literals…)`: one simple-protocol message, no planning (decision 0014).
  */
 export class SqlPool implements SqlExecutor {
   private readonly pool: pg.Pool;
   private readonly prepared = new Map<string, Prepared>();
 
-  /**
-   * `prepare`: use named (server-side prepared) statements. Only on a PostgreSQL server: the
-   * embedded PGlite serves every socket connection from ONE session, where two connections
-   * preparing the same name collide.
-   */
   constructor(
     config: pg.PoolConfig,
-    private readonly prepare: boolean,
+    private readonly mode: 'server' | 'embedded',
   ) {
     this.pool = new pg.Pool({
       ...config,
-      // The hot-path statements are key lookups whose best plan never depends on the values:
-      // a generic plan spares ~0.5 ms of planning per execution (custom plans are re-planned).
-      ...(prepare ? { options: '-c plan_cache_mode=force_generic_plan' } : {}),
+      ...(mode === 'server' ? { options: '-c plan_cache_mode=force_generic_plan' } : {}),
       allowExitOnIdle: true,
     });
     // An idle client losing its connection must not take the process down; the next query
@@ -88,25 +80,30 @@ export class SqlPool implements SqlExecutor {
   private statement(sql: string): Prepared {
     let p = this.prepared.get(sql);
     if (!p) {
-      const name = this.prepare
-        ? `q_${createHash('sha1').update(sql).digest('hex').slice(0, 16)}`
-        : undefined;
-      p = { name, text: toPositional(sql) };
+      p = { name: `q_${createHash('sha1').update(sql).digest('hex').slice(0, 16)}`, text: toPositional(sql) };
       this.prepared.set(sql, p);
     }
     return p;
   }
 
   async execute<T = Record<string, unknown>[]>(sql: string, params: unknown[] = []): Promise<T> {
-    if (!this.prepare) {
-      // PGlite: one simple-protocol message instead of five extended-protocol ones (its socket
-      // server enters the WASM engine once per protocol message).
-      const res = await this.pool.query(inlineParams(sql, params));
+    const { name, text } = this.statement(sql);
+    if (this.mode === 'server') {
+      const res = await this.pool.query({ name, text, values: params });
       return res.rows as T;
     }
-    const { name, text } = this.statement(sql);
-    const res = await this.pool.query({ name, text, values: params });
-    return res.rows as T;
+    const run = `EXECUTE ${name}${params.length > 0 ? `(${params.map(sqlLiteral).join(', ')})` : ''}`;
+    try {
+      return (await this.pool.query(run)).rows as T;
+    } catch (err) {
+      if ((err as { code?: string }).code !== UNDEFINED_PREPARED_STATEMENT) throw err;
+    }
+    // First use in this session (or a new session after a restart): prepare, then run. Two
+    // connections racing here: the second PREPARE finds the name taken, which is fine.
+    await this.pool.query(`PREPARE ${name} AS ${text}`).catch((err: { code?: string }) => {
+      if (err.code !== DUPLICATE_PREPARED_STATEMENT) throw err;
+    });
+    return (await this.pool.query(run)).rows as T;
   }
 
   close(): Promise<void> {
