@@ -644,9 +644,12 @@ export class PgMetering implements Metering {
            from api_keys k join workspaces w on w.id = k.workspace_id cross join async_commit
           where k.key_hash = ? and k.revoked_at is null and w.status = 'active'
        ), touch as (
+         -- Never waits: a key row locked by a concurrent usage write is skipped this time.
          update api_keys set last_used_at = now()
-          where id in (select id from k)
-            and (last_used_at is null or last_used_at < now() - interval '60 seconds')
+          where id in (
+            select a.id from api_keys a join k on k.id = a.id
+             where a.last_used_at is null or a.last_used_at < now() - interval '60 seconds'
+               for update of a skip locked)
        ), rl as (
          ${rateLimitUpsert(`select ? || k.workspace_id::text, ${RATE_LIMIT_WINDOW_START}, 1 from k where ?::boolean`)}
        )

@@ -115,6 +115,25 @@ describe('POST /chat streaming', () => {
       })
       .toEqual([2, 8, 3, 14]);
   });
+
+  it("refreshes the key's last_used_at in the admission statement, at most once a minute", async () => {
+    const w = await createTestWorkspace(ts);
+    const lastUsed = async () => {
+      const t = (
+        await sql<{ t: string | null }>('select last_used_at as t from api_keys where id = ?', [w.keyId])
+      )[0]?.t;
+      return t ? new Date(t) : null;
+    };
+    expect(await lastUsed()).toBeNull();
+    await (await chat({ messages: [{ role: 'user', content: 'x' }] }, w.apiKey)).text();
+    const first = await lastUsed();
+    expect(first).toBeInstanceOf(Date);
+    await (await chat({ messages: [{ role: 'user', content: 'x' }] }, w.apiKey)).text();
+    expect(await lastUsed()).toEqual(first);
+    await sql("update api_keys set last_used_at = now() - interval '2 minutes' where id = ?", [w.keyId]);
+    await (await chat({ messages: [{ role: 'user', content: 'x' }] }, w.apiKey)).text();
+    expect((await lastUsed())?.getTime()).toBeGreaterThan(Date.now() - 60_000);
+  });
 });
 
 describe('POST /chat validation (spec 4.1, 7)', () => {
