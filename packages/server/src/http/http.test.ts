@@ -211,9 +211,29 @@ describe('access log', () => {
       });
       await fetch(`${url}/api/v1/nope`, { headers: { 'x-request-id': 'log-test-2' } });
       await fetch(`${url}/healthz`, { headers: { 'x-request-id': 'log-test-3' } });
-      await expect.poll(() => lines.filter((l) => String(l.requestId).startsWith('log-test')).length).toBe(2);
+      // The /chat fast path logs the same line, with the workspace once the key resolved.
+      await fetch(`${url}/api/v1/chat`, {
+        method: 'POST',
+        headers: {
+          authorization: `Bearer ${ws.apiKey}`,
+          'content-type': 'application/json',
+          'x-request-id': 'log-test-4',
+        },
+        body: '{}',
+      });
+      await expect.poll(() => lines.filter((l) => String(l.requestId).startsWith('log-test')).length).toBe(3);
 
-      const [meLine, notFoundLine] = lines.filter((l) => String(l.requestId).startsWith('log-test'));
+      const [meLine, notFoundLine, chatLine] = lines.filter((l) =>
+        String(l.requestId).startsWith('log-test'),
+      );
+      expect(chatLine).toMatchObject({
+        requestId: 'log-test-4',
+        method: 'POST',
+        url: '/api/v1/chat',
+        status: 400,
+        workspaceId: ws.workspaceId,
+        level: 40,
+      });
       const allowed = [
         'level',
         'time',
@@ -227,7 +247,7 @@ describe('access log', () => {
         'responseTime',
         'workspaceId',
       ];
-      for (const line of [meLine, notFoundLine]) {
+      for (const line of [meLine, notFoundLine, chatLine]) {
         expect(Object.keys(line ?? {}).filter((k) => !allowed.includes(k))).toEqual([]);
       }
       expect(meLine).toMatchObject({

@@ -70,8 +70,9 @@ function chatHandler(deps: ServerDeps) {
         throw new AppError(401, 'Invalid API key');
       }
       const { body, error } = await readJson(req, res);
-      ({ principal, prepared } = await service.prepare(authorization, body, error));
-      req.principal = principal;
+      ({ principal, prepared } = await service.prepare(authorization, body, error, (p) => {
+        req.principal = p;
+      }));
     } catch (err) {
       sendError(res, toAppError(err));
       return;

@@ -40,6 +40,8 @@ export class ChatService {
     authorization: string | undefined,
     body: unknown,
     bodyError?: AppError,
+    /** Told who is calling as soon as the key resolves (the access log's workspace, also on a 400). */
+    onPrincipal?: (principal: Principal) => void,
   ): Promise<{ principal: Principal; prepared: PreparedChat }> {
     const token = bearerToken(authorization);
     if (!token || !isWellFormedApiKey(token)) throw new AppError(401, 'Invalid API key');
@@ -55,6 +57,7 @@ export class ChatService {
     }
     const admission = await this.metering.admitKeyRequest(hashApiKey(token), 'chat', !invalid);
     if (!admission) throw new AppError(401, 'Invalid API key');
+    onPrincipal?.(admission.principal);
     if (invalid || !input || !model) throw invalid ?? new AppError(400, INVALID_REQUEST_BODY);
     const headers = admission.limit();
     admission.quota();
