@@ -35,3 +35,14 @@ export function bearerToken(header: string | undefined): string | undefined {
   const m = /^Bearer\s+(\S+)\s*$/i.exec(header);
   return m?.[1];
 }
+
+/**
+ * The one definition of a usable key, for every statement that authenticates one: the key
+ * (`k`, matched on `key_hash = ?`) must not be revoked and its workspace (`w`) must be
+ * active. `from ${API_KEY_FROM} where ${ACTIVE_API_KEY_WHERE}`.
+ */
+export const API_KEY_FROM = 'api_keys k join workspaces w on w.id = k.workspace_id';
+export const ACTIVE_API_KEY_WHERE = "k.key_hash = ? and k.revoked_at is null and w.status = 'active'";
+
+/** `last_used_at` is written at most once per this interval per key. */
+export const LAST_USED_RESOLUTION_SECONDS = 60;

@@ -14,3 +14,19 @@ export interface Principal {
   /** Set for widget tokens bound to one end user: only that user's threads are visible. */
   widgetSubject?: string;
 }
+
+/** The principal of an API key row (`k.id`, `k.name`, `k.workspace_id`, `w.name as workspace_name`). */
+export function apiKeyPrincipal(row: {
+  id: string;
+  name: string | null;
+  workspace_id: string;
+  workspace_name: string;
+}): Principal {
+  return {
+    via: 'apiKey',
+    workspaceId: row.workspace_id,
+    workspaceName: row.workspace_name,
+    keyId: row.id,
+    keyName: row.name,
+  };
+}

@@ -1,3 +1,5 @@
+import { ACTIVE_API_KEY_WHERE, API_KEY_FROM, LAST_USED_RESOLUTION_SECONDS } from '../auth/api-keys.js';
+import { apiKeyPrincipal } from '../auth/principal.js';
 import type { SqlExecutor } from '../db/sql.js';
 import { AppError } from '../http/errors.js';
 import type { LlmUsage, ModelInfo } from '../providers/llm.js';
@@ -104,6 +106,12 @@ export function rateLimitHeaders(rule: RateLimitRule, hits: number, resetIn: num
   }
   return headers;
 }
+
+/** Joins `u.tokens, u.cycle_start`: the workspace's latest billing-cycle usage row, if any. */
+const LATEST_CYCLE_USAGE = (workspaceId: string) => `left join lateral (
+           select tokens, cycle_start from workspace_token_usage
+            where workspace_id = ${workspaceId} order by cycle_start desc limit 1
+         ) u on true`;
 
 /** Tokens used in the billing cycle containing `now`, from the latest cycle row (or none). */
 export function tokensUsedInCycle(
@@ -380,10 +388,7 @@ export class PgMetering implements Metering {
     >(
       `select w.monthly_token_quota as quota, w.billing_cycle_anchor as anchor, u.tokens, u.cycle_start
          from workspaces w
-         left join lateral (
-           select tokens, cycle_start from workspace_token_usage
-            where workspace_id = w.id order by cycle_start desc limit 1
-         ) u on true
+         ${LATEST_CYCLE_USAGE('w.id')}
         where w.id = ?`,
       [workspaceId],
     );
@@ -641,14 +646,15 @@ export class PgMetering implements Metering {
       `with async_commit as (select set_config('synchronous_commit', 'off', true) as v), k as (
          select k.id, k.name, k.workspace_id, w.name as workspace_name,
                 w.monthly_token_quota as quota, w.billing_cycle_anchor as anchor
-           from api_keys k join workspaces w on w.id = k.workspace_id cross join async_commit
-          where k.key_hash = ? and k.revoked_at is null and w.status = 'active'
+           from ${API_KEY_FROM} cross join async_commit
+          where ${ACTIVE_API_KEY_WHERE}
        ), touch as (
          -- Never waits: a key row locked by a concurrent usage write is skipped this time.
          update api_keys set last_used_at = now()
           where id in (
             select a.id from api_keys a join k on k.id = a.id
-             where a.last_used_at is null or a.last_used_at < now() - interval '60 seconds'
+             where a.last_used_at is null
+                or a.last_used_at < now() - interval '${LAST_USED_RESOLUTION_SECONDS} seconds'
                for update of a skip locked)
        ), rl as (
          ${rateLimitUpsert(`select ? || k.workspace_id::text, ${RATE_LIMIT_WINDOW_START}, 1 from k where ?::boolean`)}
@@ -656,23 +662,14 @@ export class PgMetering implements Metering {
        select k.*, rl.hits, rl.reset_in, u.tokens, u.cycle_start
          from k
          left join rl on true
-         left join lateral (
-           select tokens, cycle_start from workspace_token_usage
-            where workspace_id = k.workspace_id order by cycle_start desc limit 1
-         ) u on true`,
+         ${LATEST_CYCLE_USAGE('k.workspace_id')}`,
       [keyHash, `${bucket}:`, w, w, limited, w],
     );
     const row = rows[0];
     if (!row) return undefined;
     const start = cycleStart(new Date(row.anchor), now);
     return {
-      principal: {
-        via: 'apiKey',
-        workspaceId: row.workspace_id,
-        workspaceName: row.workspace_name,
-        keyId: row.id,
-        keyName: row.name,
-      },
+      principal: apiKeyPrincipal(row),
       cycleStart: start,
       limit: () => (limited && rule ? rateLimitHeaders(rule, Number(row.hits), Number(row.reset_in)) : {}),
       quota: () => {

@@ -212,6 +212,12 @@ class ChunkAccumulator {
   }
 }
 
+interface ProviderConnection {
+  client: OpenAI;
+  completionsUrl: URL;
+  streamHeaders: Record<string, string>;
+}
+
 export interface LlmSettings {
   maxRetries: number;
   timeoutMs: number;
@@ -229,49 +235,45 @@ export interface LlmSettings {
  * usage (`stream_options.include_usage`) and fall back to ~4 characters per token.
  */
 export class OpenAiLlmProvider implements LlmProvider {
-  private readonly clients = new Map<string, OpenAI>();
-  private readonly endpoints = new Map<string, { completionsUrl: URL; headers: Record<string, string> }>();
+  private readonly connections = new Map<string, ProviderConnection>();
 
   constructor(
     private readonly catalog: StaticModelCatalog,
     private readonly settings: LlmSettings,
   ) {}
 
-  /** Where the streaming client posts for a provider, and with which headers. */
-  private provider(providerId: string) {
-    let e = this.endpoints.get(providerId);
-    if (!e) {
-      const p = this.catalog.provider(providerId);
-      if (!p) throw new AppError(503, 'Model configuration error');
-      const base = (p.baseUrl ?? 'https://api.openai.com/v1').replace(/\/+$/, '');
-      e = {
-        completionsUrl: new URL(`${base}/chat/completions`),
-        headers: {
-          'content-type': 'application/json',
-          accept: 'text/event-stream',
-          authorization: `Bearer ${p.apiKey || 'unset'}`,
-        },
-      };
-      this.endpoints.set(providerId, e);
-    }
-    return e;
-  }
-
-  client(providerId: string): OpenAI {
-    let c = this.clients.get(providerId);
+  /**
+   * One provider's SDK client and, derived from it (same base URL and key), where the
+   * streaming client posts and with which headers. Built once per provider.
+   */
+  private connection(providerId: string): ProviderConnection {
+    let c = this.connections.get(providerId);
     if (!c) {
       const p = this.catalog.provider(providerId);
       if (!p) throw new AppError(503, 'Model configuration error');
-      c = new OpenAI({
+      const client = new OpenAI({
         baseURL: p.baseUrl,
         apiKey: p.apiKey || 'unset',
         maxRetries: this.settings.maxRetries,
         timeout: this.settings.timeoutMs,
         ...(this.settings.fetch ? { fetch: this.settings.fetch } : {}),
       });
-      this.clients.set(providerId, c);
+      c = {
+        client,
+        completionsUrl: new URL(`${client.baseURL.replace(/\/+$/, '')}/chat/completions`),
+        streamHeaders: {
+          'content-type': 'application/json',
+          accept: 'text/event-stream',
+          authorization: `Bearer ${client.apiKey}`,
+        },
+      };
+      this.connections.set(providerId, c);
     }
     return c;
+  }
+
+  client(providerId: string): OpenAI {
+    return this.connection(providerId).client;
   }
 
   /**
@@ -307,11 +309,11 @@ export class OpenAiLlmProvider implements LlmProvider {
         // The SDK ends the iteration quietly on abort: a cut-short reply must not look complete.
         if (req.signal?.aborted) throw new OpenAI.APIUserAbortError();
       } else {
-        const p = this.provider(req.model.provider);
+        const c = this.connection(req.model.provider);
         await postEventStream(
           {
-            url: p.completionsUrl,
-            headers: p.headers,
+            url: c.completionsUrl,
+            headers: c.streamHeaders,
             body: JSON.stringify(body),
             signal: req.signal,
             timeoutMs: this.settings.timeoutMs,

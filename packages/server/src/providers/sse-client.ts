@@ -124,11 +124,11 @@ function send(opts: SsePostOptions): Promise<{ req: http.ClientRequest; res: Inc
 const RETRYABLE = (status: number) => status === 408 || status === 409 || status === 429 || status >= 500;
 
 function retryDelayMs(attempt: number, headers?: http.IncomingHttpHeaders): number {
-  const after = headers?.['retry-after-ms'] ?? headers?.['retry-after'];
-  if (typeof after === 'string') {
-    const ms = headers?.['retry-after-ms'] ? Number(after) : Number(after) * 1000;
-    if (Number.isFinite(ms) && ms >= 0 && ms <= 60_000) return ms;
-  }
+  const afterMs = headers?.['retry-after-ms'];
+  const afterS = headers?.['retry-after'];
+  const ms =
+    afterMs !== undefined ? Number(afterMs) : afterS !== undefined ? Number(afterS) * 1000 : Number.NaN;
+  if (ms >= 0 && ms <= 60_000) return ms; // false for NaN
   // 0.5 s doubling to at most 8 s, with up to 25 % jitter off (as the openai SDK does).
   return Math.min(500 * 2 ** attempt, 8000) * (1 - Math.random() * 0.25);
 }

@@ -211,9 +211,15 @@ describe('sessions', () => {
 
   it('validates limit 1..100 and offset', async () => {
     const agentId = await createAgent({ name: 'Limits' });
-    for (const q of ['limit=0', 'limit=101', 'limit=abc', 'offset=-1']) {
+    for (const [q, message] of [
+      ['limit=0', 'limit must be a number between 1 and 100'],
+      ['limit=101', 'limit must be a number between 1 and 100'],
+      ['limit=abc', 'limit must be a number between 1 and 100'],
+      ['offset=-1', 'offset must be a non-negative number'],
+    ]) {
       const res = await get(`/managed-agents/agents/${agentId}/sessions?${q}`);
       expect(res.status).toBe(400);
+      expect((await res.json()).error).toBe(message);
     }
     const res = await get(`/managed-agents/agents/${agentId}/sessions?limit=100`);
     expect(res.status).toBe(200);

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { PageLimit, PageOffset } from '../../http/pagination.js';
 
 const JsonObject = z.record(z.string(), z.unknown());
 /** OpenAI-compatible function names; also what we accept for tool names everywhere. */
@@ -184,17 +185,8 @@ export const CreateSessionInput = z.object({
 
 export const ListSessionsInput = z.object({
   agentId: z.string(),
-  limit: z.coerce
-    .number({ error: 'limit must be a number between 1 and 100' })
-    .int('limit must be a number between 1 and 100')
-    .min(1, 'limit must be a number between 1 and 100')
-    .max(100, 'limit must be a number between 1 and 100')
-    .default(25),
-  offset: z.coerce
-    .number({ error: 'offset must be a non-negative number' })
-    .int('offset must be a non-negative number')
-    .min(0, 'offset must be a non-negative number')
-    .default(0),
+  limit: PageLimit,
+  offset: PageOffset,
 });
 
 export const MessageEventSchema = z

@@ -64,13 +64,11 @@ function chatHandler(deps: ServerDeps) {
     let principal: Principal;
     let prepared: PreparedChat;
     try {
-      const authorization = req.headers.authorization;
       // A malformed key is refused before the body is read; everything else in one statement.
-      if (!authorization || !isWellFormedApiKey(bearerToken(authorization) ?? '')) {
-        throw new AppError(401, 'Invalid API key');
-      }
+      const apiKey = bearerToken(req.headers.authorization);
+      if (!apiKey || !isWellFormedApiKey(apiKey)) throw new AppError(401, 'Invalid API key');
       const { body, error } = await readJson(req, res);
-      ({ principal, prepared } = await service.prepare(authorization, body, error, (p) => {
+      ({ principal, prepared } = await service.prepare(apiKey, body, error, (p) => {
         req.principal = p;
       }));
     } catch (err) {

@@ -1,8 +1,7 @@
-import { bearerToken, hashApiKey, isWellFormedApiKey } from '../../auth/api-keys.js';
+import { hashApiKey } from '../../auth/api-keys.js';
 import type { Principal } from '../../auth/principal.js';
 import type { ServerDeps } from '../../context.js';
 import { AppError, INVALID_REQUEST_BODY, toAppError } from '../../http/errors.js';
-import type { Metering } from '../../metering/types.js';
 import type { LlmMessage, ModelInfo } from '../../providers/llm.js';
 import { estimateTokens, messageChars } from '../../providers/openai-provider.js';
 import { type ChatRequestInput, parseChatRequest } from './schema.js';
@@ -24,11 +23,7 @@ export interface PreparedChat {
  * statements run on the plain pool (`db/sql.ts`), off the ORM: this is the hot path.
  */
 export class ChatService {
-  private readonly metering: Metering;
-
-  constructor(private readonly deps: ServerDeps) {
-    this.metering = deps.poolMetering;
-  }
+  constructor(private readonly deps: ServerDeps) {}
 
   /**
    * Everything before the upstream call, with one database statement: 401 `Invalid API key`,
@@ -37,14 +32,13 @@ export class ChatService {
    * spends no rate-limit unit.
    */
   async prepare(
-    authorization: string | undefined,
+    /** A well-formed `svc_ai_` key (the route refuses malformed ones before reading the body). */
+    apiKey: string,
     body: unknown,
     bodyError?: AppError,
     /** Told who is calling as soon as the key resolves (the access log's workspace, also on a 400). */
     onPrincipal?: (principal: Principal) => void,
   ): Promise<{ principal: Principal; prepared: PreparedChat }> {
-    const token = bearerToken(authorization);
-    if (!token || !isWellFormedApiKey(token)) throw new AppError(401, 'Invalid API key');
     let invalid: AppError | undefined;
     let input: ChatRequestInput | undefined;
     let model: ModelInfo | undefined;
@@ -55,7 +49,7 @@ export class ChatService {
     } catch (err) {
       invalid = toAppError(err);
     }
-    const admission = await this.metering.admitKeyRequest(hashApiKey(token), 'chat', !invalid);
+    const admission = await this.deps.poolMetering.admitKeyRequest(hashApiKey(apiKey), 'chat', !invalid);
     if (!admission) throw new AppError(401, 'Invalid API key');
     onPrincipal?.(admission.principal);
     if (invalid || !input || !model) throw invalid ?? new AppError(400, INVALID_REQUEST_BODY);
@@ -91,8 +85,12 @@ export class ChatService {
             outputTokens: estimateTokens(args.streamedChars),
           }
         : { inputTokens: 0, outputTokens: 0 });
-    const { costMicros, lines } = this.metering.price(prepared.model, usage.inputTokens, usage.outputTokens);
-    await this.metering.record({
+    const { costMicros, lines } = this.deps.poolMetering.price(
+      prepared.model,
+      usage.inputTokens,
+      usage.outputTokens,
+    );
+    await this.deps.poolMetering.record({
       workspaceId: args.principal.workspaceId,
       apiKeyId: args.principal.keyId ?? null,
       requestId: args.requestId,

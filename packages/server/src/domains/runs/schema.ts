@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { PageLimit } from '../../http/pagination.js';
 
 /**
  * `metadata.source` values naming a messaging integration: runs mentioned there start
@@ -96,12 +97,7 @@ export const RunDetailSchema = z
 
 export const ListRunsInput = z.object({
   agentId: z.string(),
-  limit: z.coerce
-    .number({ error: 'limit must be a number between 1 and 100' })
-    .int('limit must be a number between 1 and 100')
-    .min(1, 'limit must be a number between 1 and 100')
-    .max(100, 'limit must be a number between 1 and 100')
-    .default(25),
+  limit: PageLimit,
 });
 
 export const GetRunInput = z.object({ agentId: z.string(), runId: z.string() });

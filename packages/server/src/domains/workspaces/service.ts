@@ -1,8 +1,16 @@
 import { randomUUID } from 'node:crypto';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { hash as argonHash } from '@node-rs/argon2';
-import { displayPrefix, generateApiKey, hashApiKey, isWellFormedApiKey } from '../../auth/api-keys.js';
-import type { Principal } from '../../auth/principal.js';
+import {
+  ACTIVE_API_KEY_WHERE,
+  API_KEY_FROM,
+  displayPrefix,
+  generateApiKey,
+  hashApiKey,
+  isWellFormedApiKey,
+  LAST_USED_RESOLUTION_SECONDS,
+} from '../../auth/api-keys.js';
+import { apiKeyPrincipal, type Principal } from '../../auth/principal.js';
 import { AppError, badRequest, conflict, forbidden, notFound } from '../../http/errors.js';
 import { AppsService } from '../apps/service.js';
 import { MICROS_PER_USD } from './amounts.js';
@@ -261,9 +269,6 @@ export class WorkspacesService {
   }
 }
 
-/** `last_used_at` is written at most once per this interval per key. */
-const LAST_USED_RESOLUTION_MS = 60_000;
-
 /**
  * Resolves a bearer key to its principal: one indexed read on the key hash, joined with the
  * workspace so a suspended workspace's keys stop working too.
@@ -283,25 +288,18 @@ export async function resolveApiKey(
     }[]
   >(
     `select k.id, k.name, k.workspace_id, w.name as workspace_name, k.last_used_at
-       from api_keys k join workspaces w on w.id = k.workspace_id
-      where k.key_hash = ? and k.revoked_at is null and w.status = 'active'`,
+       from ${API_KEY_FROM} where ${ACTIVE_API_KEY_WHERE}`,
     [hashApiKey(key)],
   );
   const row = rows[0];
   if (!row) return undefined;
   const last = row.last_used_at ? new Date(row.last_used_at).getTime() : 0;
-  if (Date.now() - last > LAST_USED_RESOLUTION_MS) {
+  if (Date.now() - last > LAST_USED_RESOLUTION_SECONDS * 1000) {
     // Off the request path: a failed bookkeeping write must not fail the request.
     void em
       .fork()
       .execute('update api_keys set last_used_at = now() where id = ?', [row.id])
       .catch(() => {});
   }
-  return {
-    via: 'apiKey',
-    workspaceId: row.workspace_id,
-    workspaceName: row.workspace_name,
-    keyId: row.id,
-    keyName: row.name,
-  };
+  return apiKeyPrincipal(row);
 }
