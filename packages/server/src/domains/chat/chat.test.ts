@@ -62,6 +62,9 @@ describe('POST /chat streaming', () => {
     expect(res.headers.get('cache-control')).toBe('no-cache');
     expect(res.headers.get('connection')).toBe('keep-alive');
     expect(res.headers.get('ratelimit-limit')).toBe('1000');
+    // The fast path sends what helmet sets on every /api/v1 response, and a request id.
+    expect(res.headers.get('x-content-type-options')).toBe('nosniff');
+    expect(res.headers.get('x-request-id')).toMatch(/^req_[0-9a-f]{32}$/);
     const text = await res.text();
     expect(text).toBe('Hello, world!');
     expect(ts.fake.requests[0]?.body).toMatchObject({
@@ -130,6 +133,11 @@ describe('POST /chat streaming', () => {
     expect(first).toBeInstanceOf(Date);
     await (await chat({ messages: [{ role: 'user', content: 'x' }] }, w.apiKey)).text();
     expect(await lastUsed()).toEqual(first);
+    // The refresh skips a key row locked by a usage write in flight (it never waits): let the
+    // usage of the two requests land first.
+    await expect
+      .poll(async () => (await sql('select 1 from usage_records where api_key_id = ?', [w.keyId])).length)
+      .toBe(2);
     await sql("update api_keys set last_used_at = now() - interval '2 minutes' where id = ?", [w.keyId]);
     await (await chat({ messages: [{ role: 'user', content: 'x' }] }, w.apiKey)).text();
     expect((await lastUsed())?.getTime()).toBeGreaterThan(Date.now() - 60_000);
@@ -206,7 +214,24 @@ describe('POST /chat validation (spec 4.1, 7)', () => {
   it('413 for an oversized body, without calling the model', async () => {
     const res = await chat({ messages: [{ role: 'user', content: 'x'.repeat(1_100_000) }] });
     expect(res.status).toBe(413);
+    expect(await res.json()).toEqual({ error: 'Request body too large' });
     expect(ts.fake.requests).toHaveLength(0);
+  });
+
+  it('serves the same handler through express for other spellings of the path (not the fast path)', async () => {
+    ts.fake.script({ text: 'via express' });
+    const res = await ts.api('/chat/', {
+      method: 'POST',
+      key: ws.apiKey,
+      json: { messages: [{ role: 'user', content: 'hi' }] },
+    });
+    expect(res.status).toBe(200);
+    expect(res.headers.get('content-type')).toBe('text/event-stream');
+    expect(res.headers.get('x-content-type-options')).toBe('nosniff');
+    expect(await res.text()).toBe('via express');
+    const bad = await ts.api('/chat/', { method: 'POST', key: 'svc_ai_nope', json: {} });
+    expect(bad.status).toBe(401);
+    expect(await bad.json()).toEqual({ error: 'Invalid API key' });
   });
 });
 
