@@ -6,7 +6,7 @@
  * CPU time per request and peak RSS. Upstream and server each run in their own process; this
  * process only drives the load, with keep-alive connections on both paths.
  */
-import { type ChildProcess, fork } from 'node:child_process';
+import { type ChildProcess, fork, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import http from 'node:http';
 import os from 'node:os';
@@ -17,6 +17,34 @@ const here = path.dirname(fileURLToPath(import.meta.url));
 const N1 = Number(process.env.BENCH_REQUESTS_C1 ?? 400);
 const N50 = Number(process.env.BENCH_REQUESTS_C50 ?? 3000);
 const WARMUP = Number(process.env.BENCH_WARMUP ?? 100);
+/**
+ * Unmeasured requests at c=50 on every path before anything is measured. A fresh server
+ * keeps compiling (V8 tiers up the code the load pattern of c=50 makes hot, ~7 % of its CPU
+ * in a profile of the first 3000 requests), so without it the c=50 figures measured the
+ * JIT's warm-up more than the steady state the targets are about.
+ */
+const WARMUP_C50 = Number(process.env.BENCH_WARMUP_C50 ?? 2000);
+/** BENCH_PROF=<file>: a CPU profile of the server during the /chat run at c=50 (its CPU figure then includes the profiler). */
+const PROF = process.env.BENCH_PROF;
+/**
+ * BENCH_PERF=<file>: `perf record` of the server process during the same phase (real CPU
+ * samples of all its threads, kernel included; add `--perf-basic-prof` to
+ * BENCH_SERVER_NODE_ARGS for JavaScript names). The profiler's inspector samples wall time on
+ * the main thread, so a thread preempted in a syscall shows there as time spent in it.
+ */
+const PERF = process.env.BENCH_PERF;
+
+async function perfRecord(pid: number, file: string): Promise<() => Promise<void>> {
+  const perf = spawn('perf', ['record', '-F', '2000', '-g', '-p', String(pid), '-o', file], {
+    stdio: 'ignore',
+  });
+  await new Promise((r) => setTimeout(r, 500));
+  return () =>
+    new Promise((resolve) => {
+      perf.once('exit', () => resolve());
+      perf.kill('SIGINT');
+    });
+}
 
 function start(
   script: string,
@@ -24,11 +52,12 @@ function start(
 ): Promise<{ child: ChildProcess; url: string }> {
   const child = fork(path.join(here, script), [], {
     env: { ...process.env, ...env },
+    // BENCH_SERVER_NODE_ARGS: extra node flags for the server (`--perf-basic-prof`, `--trace-deopt`…).
     execArgv: [
       '--import',
       'tsx',
-      ...(process.env.BENCH_PROF && script === 'server.ts'
-        ? ['--cpu-prof', '--cpu-prof-dir=/tmp/benchprof']
+      ...(script === 'server.ts'
+        ? (process.env.BENCH_SERVER_NODE_ARGS?.split(' ').filter(Boolean) ?? [])
         : []),
     ],
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
@@ -39,6 +68,19 @@ function start(
     child.on('message', (m: { type: string; url?: string }) => {
       if (m.type === 'ready') resolve({ child, url: m.url as string });
     });
+  });
+}
+
+/** Sends `type` and waits for the child's `answer`. */
+function ask(child: ChildProcess, msg: { type: string; file?: string }, answer: string): Promise<void> {
+  return new Promise((resolve) => {
+    const on = (m: { type: string }) => {
+      if (m.type !== answer) return;
+      child.off('message', on);
+      resolve();
+    };
+    child.on('message', on);
+    child.send(msg);
   });
 }
 
@@ -171,9 +213,10 @@ async function main() {
     firstToken: FIRST_TOKEN,
   };
   try {
-    await run(direct, WARMUP, 4);
-    await run(viaBare, WARMUP, 4);
-    await run(viaChat, WARMUP, 4);
+    for (const t of [direct, viaBare, viaChat]) {
+      await run(t, WARMUP, 4);
+      await run(t, WARMUP_C50, 50);
+    }
 
     const b0 = await stats(bare.child);
     const p1 = await run(viaBare, N1, 1);
@@ -189,11 +232,16 @@ async function main() {
     const s1 = await stats(server.child);
     const d50 = await run(direct, N50, 50);
     const s2 = await stats(server.child);
+    if (PROF) await ask(server.child, { type: 'prof-start' }, 'prof-started');
+    const stopPerf = PERF ? await perfRecord(server.child.pid as number, PERF) : undefined;
+    const s2b = PERF ? await stats(server.child) : s2;
     const c50 = await run(viaChat, N50, 50);
     const s3 = await stats(server.child);
+    await stopPerf?.();
+    if (PROF) await ask(server.child, { type: 'prof-stop', file: PROF }, 'prof-stopped');
 
     const cpu1 = (s1.cpuMicros - s0.cpuMicros) / 1000 / N1;
-    const cpu50 = (s3.cpuMicros - s2.cpuMicros) / 1000 / N50;
+    const cpu50 = (s3.cpuMicros - s2b.cpuMicros) / 1000 / N50;
     const result = {
       machine: `${os.cpus().length} × ${os.cpus()[0]?.model ?? 'cpu'}, Node ${process.version}`,
       database: process.env.DATABASE_URL ? 'postgresql' : 'embedded (PGlite)',
