@@ -27,12 +27,15 @@ const WARMUP_C50 = Number(process.env.BENCH_WARMUP_C50 ?? 2000);
 /** BENCH_PROF=<file>: a CPU profile of the server during the /chat run at c=50 (its CPU figure then includes the profiler). */
 const PROF = process.env.BENCH_PROF;
 /**
- * BENCH_PERF=<file>: `perf record` of the server process during the same phase (real CPU
+ * BENCH_PERF=<file>: `perf record` of the server process during the same phase (or, with
+ * BENCH_PERF_PHASE=c1, the /chat run at c=1) (real CPU
  * samples of all its threads, kernel included; add `--perf-basic-prof` to
  * BENCH_SERVER_NODE_ARGS for JavaScript names). The profiler's inspector samples wall time on
  * the main thread, so a thread preempted in a syscall shows there as time spent in it.
  */
 const PERF = process.env.BENCH_PERF;
+/** The measured `/chat` run BENCH_PERF records: `c50` (default) or `c1`. */
+const PERF_PHASE = process.env.BENCH_PERF_PHASE === 'c1' ? 'c1' : 'c50';
 
 async function perfRecord(pid: number, file: string): Promise<() => Promise<void>> {
   const perf = spawn('perf', ['record', '-F', '2000', '-g', '-p', String(pid), '-o', file], {
@@ -227,14 +230,18 @@ async function main() {
     const bareCpu50 = (b2.cpuMicros - b1.cpuMicros) / 1000 / N50;
 
     const d1 = await run(direct, N1, 1);
+    const stopPerf1 =
+      PERF && PERF_PHASE === 'c1' ? await perfRecord(server.child.pid as number, PERF) : undefined;
     const s0 = await stats(server.child);
     const c1 = await run(viaChat, N1, 1);
     const s1 = await stats(server.child);
+    await stopPerf1?.();
     const d50 = await run(direct, N50, 50);
     const s2 = await stats(server.child);
     if (PROF) await ask(server.child, { type: 'prof-start' }, 'prof-started');
-    const stopPerf = PERF ? await perfRecord(server.child.pid as number, PERF) : undefined;
-    const s2b = PERF ? await stats(server.child) : s2;
+    const stopPerf =
+      PERF && PERF_PHASE === 'c50' ? await perfRecord(server.child.pid as number, PERF) : undefined;
+    const s2b = stopPerf ? await stats(server.child) : s2;
     const c50 = await run(viaChat, N50, 50);
     const s3 = await stats(server.child);
     await stopPerf?.();
