@@ -10,6 +10,7 @@ import { Agents } from './resources/agents.js';
 import { Apps } from './resources/apps.js';
 import { Catalogs } from './resources/catalogs.js';
 import { Chat } from './resources/chat.js';
+import { Insights } from './resources/insights.js';
 import { Runs } from './resources/runs.js';
 import { Sessions } from './resources/sessions.js';
 import { Storage } from './resources/storage.js';
@@ -96,6 +97,7 @@ export class AiSuite {
   readonly runs: Runs;
   readonly agents: Agents;
   readonly sessions: Sessions;
+  readonly insights: Insights;
 
   constructor(opts: ClientOptions = {}) {
     this.apiKey = opts.apiKey ?? (opts.widgetToken ? undefined : env('AI_SUITE_API_KEY'));
@@ -113,6 +115,7 @@ export class AiSuite {
     this.runs = new Runs(this);
     this.agents = new Agents(this);
     this.sessions = new Sessions(this);
+    this.insights = new Insights(this);
   }
 
   /** The workspace and key behind the credentials (`GET /me`), fetched once and cached. */

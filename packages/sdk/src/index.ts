@@ -16,6 +16,7 @@ export {
 export { AppChatStream, AppChatStreamError } from './lib/app-chat-stream.js';
 export type { CreateAgentParams, UpdateAgentParams } from './resources/agents.js';
 export { Chat, ChatStream, type ChatStreamOptions, type ChatStreamParams } from './resources/chat.js';
+export { Conversations, Insights } from './resources/insights.js';
 export {
   isTerminalRunStatus,
   type PollOptions,

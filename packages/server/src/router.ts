@@ -1,6 +1,7 @@
 import { agentsRouter } from './domains/agents/router.js';
 import { appsRouter } from './domains/apps/router.js';
 import { catalogsRouter } from './domains/catalogs/router.js';
+import { insightsRouter } from './domains/insights/router.js';
 import { runsRouter } from './domains/runs/router.js';
 import { storageRouter } from './domains/storage/router.js';
 import { widgetTokensRouter } from './domains/widget-tokens/router.js';
@@ -16,6 +17,7 @@ export const appRouter = router({
   apps: appsRouter,
   widgetTokens: widgetTokensRouter,
   runs: runsRouter,
+  insights: insightsRouter,
 });
 
 export type AppRouter = typeof appRouter;

@@ -544,6 +544,46 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/workspaces/{workspaceId}/insights/conversations": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List conversations with their usage
+         * @description App conversations (memory threads) of the workspace, most recently active first, each with its usage and cost. `limit` is clamped to 1–100 (default 20), `offset` to ≥ 0. `from`/`to` (ISO 8601, inclusive) compare with `updated_at`. `app_id` may repeat; `app_ids` is comma-separated. `user_key` matches `metadata.external_user_id`, `metadata.anonymous_visitor_id` or `session_id`. 401 `Unauthorized` when `workspaceId` is not the key's workspace.
+         */
+        get: operations["insights-listConversations"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/workspaces/{workspaceId}/insights/conversations/{threadId}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A conversation with its messages, usage records and usage events
+         * @description Messages in order (content cut at 4000 characters, then `…`), every usage record of the thread (oldest first) and the 200 most recent usage events (one per cost component of a record, newest first). 404 `Conversation not found`.
+         */
+        get: operations["insights-getConversation"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/chat": {
         parameters: {
             query?: never;
@@ -1516,6 +1556,91 @@ export interface components {
             mime_type: string;
             size_bytes: number;
             created_at: string;
+        };
+        ConversationSummary: {
+            id: string;
+            workspace_id: string;
+            app_id: string;
+            session_id: string | null;
+            title: string | null;
+            status: ("active" | "archived" | "closed") | null;
+            message_count: number | null;
+            created_at: string | null;
+            updated_at: string | null;
+            metadata: {
+                [key: string]: unknown;
+            } | null;
+            app_name: string | null;
+            /** @description external_user_id, else anonymous_visitor_id, else session_id */
+            user_key: string | null;
+            usage_summary: components["schemas"]["ConversationUsageSummary"];
+        };
+        ConversationUsageSummary: {
+            totalCostUsd: number;
+            inputTokens: number;
+            outputTokens: number;
+            requestCount: number;
+        };
+        ConversationDetail: {
+            id: string;
+            workspace_id: string;
+            app_id: string;
+            session_id: string | null;
+            title: string | null;
+            status: ("active" | "archived" | "closed") | null;
+            message_count: number | null;
+            created_at: string | null;
+            updated_at: string | null;
+            metadata: {
+                [key: string]: unknown;
+            } | null;
+            messages: components["schemas"]["ConversationMessage"][];
+            usage_records: components["schemas"]["ConversationUsageRecord"][];
+            usage_events: components["schemas"]["ConversationUsageEvent"][];
+        };
+        ConversationMessage: {
+            id: string;
+            /** @enum {string} */
+            role: "user" | "assistant" | "system";
+            /** @description Cut at 4000 characters, then an ellipsis (…) */
+            content: string;
+            sequence_number: number;
+            created_at: string;
+            provider_status: string;
+            error_code: string | null;
+        };
+        ConversationUsageRecord: {
+            id: string;
+            request_id: string;
+            cost_usd: number;
+            input_tokens: number;
+            output_tokens: number;
+            usage_timestamp: string;
+            endpoint: string;
+            model: string;
+            provider_status: string;
+            component_lines: components["schemas"]["UsageComponentLine"][];
+        };
+        UsageComponentLine: {
+            /** @description input_tokens, output_tokens, image… */
+            component: string;
+            quantity: number;
+            unit_price_usd: number;
+            cost_usd: number;
+        };
+        ConversationUsageEvent: {
+            /** @description `<usage record id>:<line index>` */
+            id: string;
+            usage_record_id: string;
+            request_id: string;
+            component: string;
+            quantity: number;
+            unit_price_usd: number;
+            cost_usd: number;
+            endpoint: string;
+            model: string;
+            provider_status: string;
+            usage_timestamp: string;
         };
         ImportResult: {
             imported: number;
@@ -4141,6 +4266,159 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["RunDetail"];
+                };
+            };
+            /** @description Invalid input data */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Insufficient access */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Pack not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal server error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "insights-listConversations": {
+        parameters: {
+            query?: {
+                limit?: number;
+                offset?: number;
+                from?: string;
+                to?: string;
+                app_id?: string | string[];
+                app_ids?: string;
+                user_key?: string;
+                status?: "active" | "archived" | "closed";
+            };
+            header?: never;
+            path: {
+                workspaceId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        data: components["schemas"]["ConversationSummary"][];
+                        meta: {
+                            limit: number;
+                            offset: number;
+                            total: number;
+                        };
+                    };
+                };
+            };
+            /** @description Invalid input data */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Insufficient access */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Pack not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal server error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "insights-getConversation": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                workspaceId: string;
+                threadId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        data: components["schemas"]["ConversationDetail"];
+                    };
                 };
             };
             /** @description Invalid input data */

@@ -68,3 +68,18 @@ export type RunDetail = Schemas['RunDetail'];
 export type RunEvent = Schemas['RunEvent'];
 export type RunArtifact = Schemas['RunArtifact'];
 export type RunMetadata = Schemas['RunMetadata'];
+export type ConversationSummary = Schemas['ConversationSummary'];
+export type ConversationDetail = Schemas['ConversationDetail'];
+export type ConversationMessage = Schemas['ConversationMessage'];
+export type ConversationUsageRecord = Schemas['ConversationUsageRecord'];
+export type ConversationUsageEvent = Schemas['ConversationUsageEvent'];
+export type ConversationUsageSummary = Schemas['ConversationUsageSummary'];
+export type UsageComponentLine = Schemas['UsageComponentLine'];
+type Query<Op extends keyof Operations> = Operations[Op] extends { parameters: { query?: infer Q } }
+  ? NonNullable<Q>
+  : never;
+export type ConversationListParams = Query<'insights-listConversations'>;
+export interface ConversationList {
+  data: ConversationSummary[];
+  meta: { limit: number; offset: number; total: number };
+}

@@ -1,0 +1,51 @@
+import type { AiSuite } from '../client.js';
+import { APIPromise } from '../core/api-promise.js';
+import type { ConversationDetail, ConversationList, ConversationListParams } from './types.js';
+
+interface Opts {
+  signal?: AbortSignal;
+}
+
+/**
+ * Conversation analytics (spec 4.11): the workspace's app conversations with their usage and
+ * cost, read-only. The workspace id in the paths is the credentials' own
+ * (`client.workspaceId()`); API keys only.
+ */
+export class Conversations {
+  constructor(private readonly client: AiSuite) {}
+
+  private call<T>(fn: (base: string) => APIPromise<T>): APIPromise<T> {
+    return new APIPromise(
+      this.client
+        .workspaceId()
+        .then((id) => fn(`/workspaces/${encodeURIComponent(id)}/insights/conversations`).withResponse()),
+    );
+  }
+
+  /**
+   * Most recently active first. `limit` 1–100 (default 20), `offset`; `from`/`to` (ISO 8601,
+   * inclusive, on `updated_at`); `app_id` (one or several); `user_key` (external user id,
+   * anonymous visitor id or session id); `status`.
+   */
+  list(query: ConversationListParams = {}, opts: Opts = {}): APIPromise<ConversationList> {
+    return this.call((base) => this.client.request({ method: 'GET', path: base, query, ...opts }));
+  }
+
+  /** One conversation: messages (content cut at 4000 characters), usage records and events. */
+  async get(threadId: string, opts: Opts = {}): Promise<ConversationDetail> {
+    const base = `/workspaces/${encodeURIComponent(await this.client.workspaceId())}/insights/conversations`;
+    const res = await this.client.request<{ data: ConversationDetail }>({
+      method: 'GET',
+      path: `${base}/${encodeURIComponent(threadId)}`,
+      ...opts,
+    });
+    return res.data;
+  }
+}
+
+export class Insights {
+  readonly conversations: Conversations;
+  constructor(client: AiSuite) {
+    this.conversations = new Conversations(client);
+  }
+}

@@ -1,0 +1,135 @@
+import { z } from 'zod';
+import { INVALID_THREAD_STATUS, THREAD_STATUSES } from '../apps/schema.js';
+
+const JsonObject = z.record(z.string(), z.unknown());
+
+const pageNumber = (field: string) =>
+  z
+    .number({ error: `${field} must be a number` })
+    .int(`${field} must be a number`)
+    .optional();
+
+/** An ISO 8601 date or date-time (`2026-11-01`, `2026-11-01T10:00:00Z`, with an offset…). */
+const ISO_8601 = /^\d{4}-\d{2}-\d{2}([Tt ]\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?([Zz]|[+-]\d{2}:?\d{2})?)?$/;
+const isoDate = (field: string) =>
+  z
+    .string({ error: `${field} must be an ISO 8601 date` })
+    .refine((s) => ISO_8601.test(s) && !Number.isNaN(Date.parse(s)), `${field} must be an ISO 8601 date`)
+    .optional();
+
+/** One value or the repeated parameter (`?app_id=a&app_id=b`). */
+const oneOrMany = z.union([z.string(), z.array(z.string())]).optional();
+
+export const ListConversationsInput = z.object({
+  workspaceId: z.string(),
+  limit: pageNumber('limit'),
+  offset: pageNumber('offset'),
+  from: isoDate('from'),
+  to: isoDate('to'),
+  app_id: oneOrMany,
+  app_ids: z.string().optional(),
+  user_key: z.string().max(256, 'user_key must be 256 characters or less').optional(),
+  status: z.enum(THREAD_STATUSES, { error: INVALID_THREAD_STATUS }).optional(),
+});
+
+export const ConversationRefInput = z.object({ workspaceId: z.string(), threadId: z.string() });
+
+export const UsageSummarySchema = z
+  .object({
+    totalCostUsd: z.number(),
+    inputTokens: z.number(),
+    outputTokens: z.number(),
+    requestCount: z.number(),
+  })
+  .meta({ id: 'ConversationUsageSummary' });
+
+const conversationBase = {
+  id: z.string(),
+  workspace_id: z.string(),
+  app_id: z.string(),
+  session_id: z.string().nullable(),
+  title: z.string().nullable(),
+  status: z.enum(THREAD_STATUSES).nullable(),
+  message_count: z.number().nullable(),
+  created_at: z.string().nullable(),
+  updated_at: z.string().nullable(),
+  metadata: JsonObject.nullable(),
+};
+
+export const ConversationSummarySchema = z
+  .object({
+    ...conversationBase,
+    app_name: z.string().nullable(),
+    user_key: z.string().nullable().describe('external_user_id, else anonymous_visitor_id, else session_id'),
+    usage_summary: UsageSummarySchema,
+  })
+  .meta({ id: 'ConversationSummary' });
+
+export const ConversationListSchema = z.object({
+  data: z.array(ConversationSummarySchema),
+  meta: z.object({ limit: z.number(), offset: z.number(), total: z.number() }),
+});
+
+const ComponentLineSchema = z
+  .object({
+    component: z.string().describe('input_tokens, output_tokens, image…'),
+    quantity: z.number(),
+    unit_price_usd: z.number(),
+    cost_usd: z.number(),
+  })
+  .meta({ id: 'UsageComponentLine' });
+
+export const ConversationMessageSchema = z
+  .object({
+    id: z.string(),
+    role: z.enum(['user', 'assistant', 'system']),
+    content: z.string().describe('Cut at 4000 characters, then an ellipsis (…)'),
+    sequence_number: z.number(),
+    created_at: z.string(),
+    provider_status: z.string(),
+    error_code: z.string().nullable(),
+  })
+  .meta({ id: 'ConversationMessage' });
+
+export const ConversationUsageRecordSchema = z
+  .object({
+    id: z.string(),
+    request_id: z.string(),
+    cost_usd: z.number(),
+    input_tokens: z.number(),
+    output_tokens: z.number(),
+    usage_timestamp: z.string(),
+    endpoint: z.string(),
+    model: z.string(),
+    provider_status: z.string(),
+    component_lines: z.array(ComponentLineSchema),
+  })
+  .meta({ id: 'ConversationUsageRecord' });
+
+export const ConversationUsageEventSchema = z
+  .object({
+    id: z.string().describe('`<usage record id>:<line index>`'),
+    usage_record_id: z.string(),
+    request_id: z.string(),
+    component: z.string(),
+    quantity: z.number(),
+    unit_price_usd: z.number(),
+    cost_usd: z.number(),
+    endpoint: z.string(),
+    model: z.string(),
+    provider_status: z.string(),
+    usage_timestamp: z.string(),
+  })
+  .meta({ id: 'ConversationUsageEvent' });
+
+export const ConversationDetailSchema = z
+  .object({
+    ...conversationBase,
+    messages: z.array(ConversationMessageSchema),
+    usage_records: z.array(ConversationUsageRecordSchema),
+    usage_events: z.array(ConversationUsageEventSchema),
+  })
+  .meta({ id: 'ConversationDetail' });
+
+export type ConversationSummary = z.infer<typeof ConversationSummarySchema>;
+export type ConversationDetail = z.infer<typeof ConversationDetailSchema>;
