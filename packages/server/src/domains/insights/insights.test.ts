@@ -173,7 +173,7 @@ describe('GET /workspaces/{workspaceId}/insights/conversations', () => {
     }
   });
 
-  it('401 Unauthorized for another workspace id, 401 Invalid API key without a key; nothing leaks across workspaces', async () => {
+  it('401 Unauthorized for another workspace id, 401 Invalid API key without a key or with a widget token; nothing leaks across workspaces', async () => {
     const foreign = await insights('', ws.apiKey, other.workspaceId);
     expect(foreign.status).toBe(401);
     expect(await json(foreign)).toEqual({ error: 'Unauthorized' });
@@ -182,6 +182,20 @@ describe('GET /workspaces/{workspaceId}/insights/conversations', () => {
     const noKey = await ts.api(`/workspaces/${ws.workspaceId}/insights/conversations`);
     expect(noKey.status).toBe(401);
     expect(await json(noKey)).toEqual({ error: 'Invalid API key' });
+    // Widget tokens are for an app's browser widget, not for the workspace's analytics.
+    const widget = await json(
+      await ts.api('/widget-tokens', {
+        method: 'POST',
+        key: ws.apiKey,
+        json: { appId: tutorId, allowedOrigins: ['https://school.example'] },
+      }),
+    );
+    const viaWidget = await ts.api(`/workspaces/${ws.workspaceId}/insights/conversations`, {
+      key: widget.token,
+      headers: { origin: 'https://school.example' },
+    });
+    expect(viaWidget.status).toBe(401);
+    expect(await json(viaWidget)).toEqual({ error: 'Invalid API key' });
   });
 });
 
