@@ -41,7 +41,12 @@ async function perfRecord(pid: number, file: string): Promise<() => Promise<void
   const perf = spawn('perf', ['record', '-F', '2000', '-g', '-p', String(pid), '-o', file], {
     stdio: 'ignore',
   });
-  await new Promise((r) => setTimeout(r, 500));
+  await new Promise<void>((resolve, reject) => {
+    perf.once('error', (err) =>
+      reject(new Error(`BENCH_PERF: cannot run perf (Debian's linux-perf): ${err.message}`)),
+    );
+    setTimeout(resolve, 500);
+  });
   return () =>
     new Promise((resolve) => {
       perf.once('exit', () => resolve());
