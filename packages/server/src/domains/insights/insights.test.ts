@@ -142,6 +142,11 @@ describe('GET /workspaces/{workspaceId}/insights/conversations', () => {
     // A bare date is midnight UTC; as `to` it covers the whole day.
     expect(await ids('?from=2026-04-10&to=2026-04-10')).toEqual([anonThread]);
     expect(await ids('?from=2026-04-11&to=2026-05-10')).toEqual([savedThread]);
+    await setUpdatedAt(savedThread, '2026-05-10T23:59:59.999999Z');
+    expect(await ids('?to=2026-05-10&from=2026-05-10')).toEqual([savedThread]);
+    await setUpdatedAt(savedThread, '2026-05-11T00:00:00Z');
+    expect(await ids('?to=2026-05-10&from=2026-05-10')).toEqual([]);
+    await setUpdatedAt(savedThread, '2026-05-10T12:00:00Z');
     expect(await ids(`?app_id=${tutorId}`)).toEqual([chatThread]);
     expect(await ids(`?app_id=${tutorId}&app_id=${coachId}`)).toEqual([savedThread, anonThread, chatThread]);
     expect(await ids(`?app_ids=${coachId},${randomUUID()}`)).toEqual([savedThread, anonThread]);

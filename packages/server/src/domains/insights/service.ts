@@ -29,14 +29,17 @@ const HAS_ZONE = /([Zz]|[+-]\d{2}:?\d{2})$/;
 
 /**
  * A filter bound as an instant. Without a zone a time is UTC (never the server's local time);
- * a bare date is its midnight UTC, and as an upper bound (`to`) it covers that whole day.
+ * a bare date is its midnight UTC, and as an upper bound (`to`) it covers that whole day: the
+ * bound is then the next midnight, exclusive.
  */
-export function boundInstant(s: string, bound: 'from' | 'to'): string {
+export function boundInstant(s: string, bound: 'from' | 'to'): { at: string; exclusive: boolean } {
   if (DATE_ONLY.test(s)) {
     const midnight = new Date(`${s}T00:00:00Z`).getTime();
-    return new Date(bound === 'to' ? midnight + 86_400_000 - 1 : midnight).toISOString();
+    return bound === 'to'
+      ? { at: new Date(midnight + 86_400_000).toISOString(), exclusive: true }
+      : { at: new Date(midnight).toISOString(), exclusive: false };
   }
-  return new Date(HAS_ZONE.test(s) ? s : `${s.replace(' ', 'T')}Z`).toISOString();
+  return { at: new Date(HAS_ZONE.test(s) ? s : `${s.replace(' ', 'T')}Z`).toISOString(), exclusive: false };
 }
 
 /** `app_id` (repeatable) and `app_ids` (comma-separated) as one list, blanks dropped. */
@@ -142,11 +145,12 @@ export class InsightsService {
     // is never null, set at creation), which app_threads_ws_activity_idx orders.
     if (f.from) {
       where.push('t.updated_at >= ?::timestamptz');
-      params.push(boundInstant(f.from, 'from'));
+      params.push(boundInstant(f.from, 'from').at);
     }
     if (f.to) {
-      where.push('t.updated_at <= ?::timestamptz');
-      params.push(boundInstant(f.to, 'to'));
+      const to = boundInstant(f.to, 'to');
+      where.push(`t.updated_at ${to.exclusive ? '<' : '<='} ?::timestamptz`);
+      params.push(to.at);
     }
     if (f.appIds) {
       // As one JSON array: the driver would spread a JS array into a list of placeholders.
