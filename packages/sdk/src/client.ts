@@ -8,6 +8,7 @@ import {
 } from './core/errors.js';
 import { Agents } from './resources/agents.js';
 import { Apps } from './resources/apps.js';
+import { Artifacts } from './resources/artifacts.js';
 import { Catalogs } from './resources/catalogs.js';
 import { Chat } from './resources/chat.js';
 import { Insights } from './resources/insights.js';
@@ -98,6 +99,7 @@ export class AiSuite {
   readonly agents: Agents;
   readonly sessions: Sessions;
   readonly insights: Insights;
+  readonly artifacts: Artifacts;
 
   constructor(opts: ClientOptions = {}) {
     this.apiKey = opts.apiKey ?? (opts.widgetToken ? undefined : env('AI_SUITE_API_KEY'));
@@ -116,6 +118,7 @@ export class AiSuite {
     this.agents = new Agents(this);
     this.sessions = new Sessions(this);
     this.insights = new Insights(this);
+    this.artifacts = new Artifacts(this);
   }
 
   /** The workspace and key behind the credentials (`GET /me`), fetched once and cached. */

@@ -792,6 +792,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/artifacts/generate": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Generate a structured insight report from aggregated customer data
+         * @description One structured-output model call (one repair call when the reply does not validate), credit-metered. The report follows spec 2.13; templates `insight-narrative-v1` (default) and `insight-brief-v1`. docs/artifacts.md.
+         */
+        post: operations["artifacts-generate"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -901,6 +921,49 @@ export interface components {
             /** @enum {string} */
             role: "user" | "assistant" | "system";
             content: string;
+        };
+        ArtifactGenerateRequest: {
+            scope: {
+                /** @enum {string} */
+                level: "organization" | "network" | "item";
+                entityId?: string;
+                label?: string;
+            };
+            input: {
+                aggregates: {
+                    recordCount?: number;
+                    metrics?: {
+                        [key: string]: string | number | boolean | null;
+                    };
+                    breakdowns?: {
+                        dimension: string;
+                        rows: {
+                            key: string;
+                            count?: number;
+                            value?: string | number | boolean | null;
+                        }[];
+                    }[];
+                };
+                samples?: {
+                    id?: string;
+                    fields?: {
+                        [key: string]: unknown;
+                    };
+                }[];
+                context?: {
+                    instructions?: string;
+                    locale?: string;
+                    audienceProfile?: string;
+                };
+            };
+            templateId?: string;
+            appId?: string;
+            period?: {
+                start?: string;
+                end?: string;
+            };
+            externalRef?: string;
+            model?: string;
         };
         Me: {
             workspace: {
@@ -1678,6 +1741,64 @@ export interface components {
             type: "error";
             code: string;
             message: string;
+        };
+        ArtifactGenerateResponse: {
+            data: {
+                templateId: string;
+                outputSnapshot: components["schemas"]["InsightReport"];
+                usage: {
+                    model: string;
+                    inputTokens: number;
+                    outputTokens: number;
+                    costUsd: number;
+                    providerSlug: string;
+                };
+            };
+            meta: {
+                requestId: string;
+                persisted: boolean;
+                workflowRunId: string;
+            };
+        };
+        InsightReport: {
+            /** @constant */
+            version: 1;
+            generatedAt: string;
+            templateId: string;
+            scope: {
+                [key: string]: unknown;
+            };
+            period: {
+                [key: string]: unknown;
+            };
+            source: {
+                /** @constant */
+                type: "customer_payload";
+                recordCount: number;
+                sampleCount: number;
+            };
+            llm: components["schemas"]["InsightReportLlm"];
+            displayLabels?: {
+                [key: string]: unknown;
+            };
+        };
+        InsightReportLlm: {
+            executiveSummary: string;
+            insights: {
+                title: string;
+                body: string;
+                /** @enum {string} */
+                category: "key_development" | "implementation_pressure" | "alignment_opportunity";
+                /** @description At most 12 items: the service cuts longer lists */
+                evidence: string[];
+            }[];
+            followUpConsiderations: {
+                title: string;
+                body: string;
+                /** @enum {string} */
+                attentionLevel: "elevated" | "moderate" | "for_awareness";
+            }[];
+            confidenceNotes: string;
         };
         /** @description Standard error body of every failed request. */
         ErrorBody: {
@@ -4808,6 +4929,93 @@ export interface operations {
             };
             /** @description Run not found */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "artifacts-generate": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ArtifactGenerateRequest"];
+            };
+        };
+        responses: {
+            /** @description The report */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ArtifactGenerateResponse"];
+                };
+            };
+            /** @description code `INVALID_INPUT`: a field out of its rules, an unknown `templateId` or `model`, a body over 512,000 bytes */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `Invalid API key` */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description code `INSUFFICIENT_CREDITS` */
+            402: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description code `APP_NOT_FOUND` (`App not found in this workspace`) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `Failed to generate report: the model did not return a valid report` */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `AI model error: <details>` or `AI service is temporarily unavailable` */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `No AI model configured` */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -83,3 +83,6 @@ export interface ConversationList {
   data: ConversationSummary[];
   meta: { limit: number; offset: number; total: number };
 }
+export type ArtifactGenerateParams = Schemas['ArtifactGenerateRequest'];
+export type ArtifactGenerateResponse = Schemas['ArtifactGenerateResponse'];
+export type InsightReport = Schemas['InsightReport'];

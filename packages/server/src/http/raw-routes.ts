@@ -4,6 +4,7 @@ import type { ZodOpenApiPathsObject } from 'zod-openapi';
 import type { ServerDeps } from '../context.js';
 import { agentRoutes } from '../domains/agents/routes.js';
 import { appsRawRoutes } from '../domains/apps/routes.js';
+import { artifactRoutes } from '../domains/artifacts/routes.js';
 import { chatRoutes } from '../domains/chat/routes.js';
 import { storageRoutes } from '../domains/storage/routes.js';
 
@@ -32,4 +33,10 @@ export interface FastRoute {
 }
 
 /** Every raw route module. Domains append theirs here. */
-export const rawRouteModules: RawRouteModule[] = [chatRoutes, storageRoutes, appsRawRoutes, agentRoutes];
+export const rawRouteModules: RawRouteModule[] = [
+  chatRoutes,
+  storageRoutes,
+  appsRawRoutes,
+  agentRoutes,
+  artifactRoutes,
+];

@@ -7,6 +7,7 @@ import { Migration20261121040002_agents } from './Migration20261121040002_agents
 import { Migration20261121050000_apps } from './Migration20261121050000_apps.js';
 import { Migration20261121060001_autonomous_runs } from './Migration20261121060001_autonomous_runs.js';
 import { Migration20261122000000_insights } from './Migration20261122000000_insights.js';
+import { Migration20261122010000_artifacts } from './Migration20261122010000_artifacts.js';
 
 /**
  * Every migration, in order. Listed explicitly (not globbed) so the bundled server and the
@@ -21,4 +22,5 @@ export const migrationsList: MigrationObject[] = [
   { name: 'Migration20261121050000_apps', class: Migration20261121050000_apps },
   { name: 'Migration20261121060001_autonomous_runs', class: Migration20261121060001_autonomous_runs },
   { name: 'Migration20261122000000_insights', class: Migration20261122000000_insights },
+  { name: 'Migration20261122010000_artifacts', class: Migration20261122010000_artifacts },
 ];

@@ -1,0 +1,108 @@
+import express, { type Request, type Response, type Router } from 'express';
+import type { ServerDeps } from '../../context.js';
+import { ErrorBodySchema, sendError, toAppError } from '../../http/errors.js';
+import type { RawRouteModule } from '../../http/raw-routes.js';
+import { authenticateApiKey } from '../../trpc.js';
+import { ArtifactRequestSchema, ArtifactResponseSchema, MAX_BODY_BYTES } from './schema.js';
+import { ArtifactsService, invalidInput, invalidInputFrom } from './service.js';
+
+const OVERSIZED = `The request body exceeds ${MAX_BODY_BYTES} bytes`;
+const JSON_TYPE = /^application\/json\s*(;|$)/i;
+
+/**
+ * Reads the JSON body itself so that every refusal is the spec's 400 `INVALID_INPUT`: a body
+ * over 512,000 bytes (whatever its size: the reader stops at the limit), malformed JSON or
+ * another content type.
+ */
+const readBody = express.json({ limit: MAX_BODY_BYTES + 1024, type: () => true });
+
+function parseBody(req: Request, res: Response): Promise<unknown> {
+  if (!JSON_TYPE.test(req.headers['content-type'] ?? '')) {
+    return Promise.reject(invalidInput('The request body must be JSON (Content-Type: application/json)'));
+  }
+  return new Promise((resolve, reject) => {
+    readBody(req, res, (err?: unknown) => {
+      if (!err) return resolve(req.body);
+      const type = (err as { type?: string }).type;
+      reject(
+        type === 'entity.too.large'
+          ? invalidInput(OVERSIZED)
+          : invalidInput('The request body is not valid JSON'),
+      );
+    });
+  });
+}
+
+export const artifactRoutes: RawRouteModule = {
+  name: 'artifacts',
+  mount(router: Router, deps: ServerDeps) {
+    router.post('/artifacts/generate', async (req: Request, res: Response) => {
+      try {
+        const em = deps.em();
+        const principal = await authenticateApiKey(req, em);
+        const raw = await parseBody(req, res);
+        // The spec's measure: the body serialised as JSON (whitespace of the sender aside).
+        if (Buffer.byteLength(JSON.stringify(raw ?? null)) > MAX_BODY_BYTES) throw invalidInput(OVERSIZED);
+        const parsed = ArtifactRequestSchema.safeParse(raw ?? {});
+        if (!parsed.success) throw invalidInputFrom(parsed.error.issues);
+        const out = await new ArtifactsService(em, deps, principal, req.requestId ?? '').generate(
+          parsed.data,
+        );
+        res.json(out);
+      } catch (err) {
+        const e = toAppError(err);
+        if (e.status >= 500 && e.status !== 502)
+          deps.log.error({ err, requestId: req.requestId }, 'artifact generation failed');
+        sendError(res, e);
+      }
+    });
+  },
+  openapi: {
+    '/artifacts/generate': {
+      post: {
+        tags: ['Artifacts'],
+        summary: 'Generate a structured insight report from aggregated customer data',
+        description:
+          'One structured-output model call (one repair call when the reply does not validate), credit-metered. The report follows spec 2.13; templates `insight-narrative-v1` (default) and `insight-brief-v1`. docs/artifacts.md.',
+        operationId: 'artifacts-generate',
+        security: [{ Authorization: [] }],
+        requestBody: { required: true, content: { 'application/json': { schema: ArtifactRequestSchema } } },
+        responses: {
+          '200': {
+            description: 'The report',
+            content: { 'application/json': { schema: ArtifactResponseSchema } },
+          },
+          '400': {
+            description:
+              'code `INVALID_INPUT`: a field out of its rules, an unknown `templateId` or `model`, a body over 512,000 bytes',
+            content: { 'application/json': { schema: ErrorBodySchema } },
+          },
+          '401': {
+            description: '`Invalid API key`',
+            content: { 'application/json': { schema: ErrorBodySchema } },
+          },
+          '402': {
+            description: 'code `INSUFFICIENT_CREDITS`',
+            content: { 'application/json': { schema: ErrorBodySchema } },
+          },
+          '404': {
+            description: 'code `APP_NOT_FOUND` (`App not found in this workspace`)',
+            content: { 'application/json': { schema: ErrorBodySchema } },
+          },
+          '500': {
+            description: '`Failed to generate report: the model did not return a valid report`',
+            content: { 'application/json': { schema: ErrorBodySchema } },
+          },
+          '502': {
+            description: '`AI model error: <details>` or `AI service is temporarily unavailable`',
+            content: { 'application/json': { schema: ErrorBodySchema } },
+          },
+          '503': {
+            description: '`No AI model configured`',
+            content: { 'application/json': { schema: ErrorBodySchema } },
+          },
+        },
+      },
+    },
+  },
+};
