@@ -345,6 +345,33 @@ describe('POST /artifacts/generate', () => {
     expect(ts.fake.requests).toHaveLength(0);
   });
 
+  it('aborts the model call when the caller goes away, and records the request as aborted', async () => {
+    ts.fake.reset();
+    ts.fake.script({ text: JSON.stringify(report()), delayMs: 5000 });
+    const ac = new AbortController();
+    const pending = ts.api('/artifacts/generate', {
+      method: 'POST',
+      key: ws.apiKey,
+      json: body(),
+      headers: { 'x-request-id': 'artifact-gone-1' },
+      signal: ac.signal,
+    });
+    await ts.fake.waitForRequests(1);
+    ac.abort();
+    await expect(pending).rejects.toThrow();
+    await expect.poll(() => ts.fake.requests[0]?.aborted).toBe(true);
+    const row = async () =>
+      (
+        await ts.server.deps
+          .em()
+          .execute<{ provider_status: string }[]>(
+            'select provider_status from usage_records where request_id = ?',
+            ['artifact-gone-1'],
+          )
+      )[0];
+    await expect.poll(async () => (await row())?.provider_status).toBe('aborted');
+  });
+
   it('502 when the model fails', async () => {
     ts.fake.reset();
     ts.fake.script({ error: { status: 400, message: 'context length exceeded' } });

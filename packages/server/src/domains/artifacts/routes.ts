@@ -37,6 +37,11 @@ export const artifactRoutes: RawRouteModule = {
   name: 'artifacts',
   mount(router: Router, deps: ServerDeps) {
     router.post('/artifacts/generate', async (req: Request, res: Response) => {
+      // A caller that goes away stops the generation (no tokens burnt for nobody).
+      const gone = new AbortController();
+      res.on('close', () => {
+        if (!res.writableFinished) gone.abort();
+      });
       try {
         const em = deps.em();
         const principal = await authenticateApiKey(req, em);
@@ -47,9 +52,11 @@ export const artifactRoutes: RawRouteModule = {
         if (!parsed.success) throw invalidInputFrom(parsed.error.issues);
         const out = await new ArtifactsService(em, deps, principal, req.requestId ?? '').generate(
           parsed.data,
+          gone.signal,
         );
         res.json(out);
       } catch (err) {
+        if (gone.signal.aborted) return;
         const e = toAppError(err);
         if (e.status >= 500 && e.status !== 502)
           deps.log.error({ err, requestId: req.requestId }, 'artifact generation failed');

@@ -151,7 +151,8 @@ export class ArtifactsService {
     private readonly requestId: string,
   ) {}
 
-  async generate(req: ArtifactRequest): Promise<ArtifactResponse> {
+  /** `signal`: the caller went away; the model call is aborted and what it cost so far recorded. */
+  async generate(req: ArtifactRequest, signal?: AbortSignal): Promise<ArtifactResponse> {
     const templateId = req.templateId ?? DEFAULT_TEMPLATE;
     const template = TEMPLATES[templateId];
     if (!template) {
@@ -187,14 +188,14 @@ export class ArtifactsService {
       },
       { inputTokens: estimateTokens(messageChars(messages)) },
     );
-    let status: 'success' | 'error' = 'error';
+    let status: 'success' | 'error' | 'aborted' = 'error';
     let llm: ArtifactResponse['data']['outputSnapshot']['llm'] | undefined;
     try {
       const responseSchema = {
         name: 'insight_report',
         schema: REPORT_JSON_SCHEMA as unknown as Record<string, unknown>,
       };
-      const first = await this.deps.llm.complete({ model, messages, responseSchema });
+      const first = await this.deps.llm.complete({ model, messages, responseSchema, signal });
       meter.addUsage(first.usage);
       let read = readReport(first.text);
       if (!read.ok) {
@@ -203,6 +204,7 @@ export class ArtifactsService {
         const second = await this.deps.llm.complete({
           model,
           responseSchema,
+          signal,
           messages: [
             ...messages,
             { role: 'assistant', content: first.text },
@@ -222,7 +224,7 @@ export class ArtifactsService {
       llm = read.llm;
       status = 'success';
     } finally {
-      await meter.finish(status);
+      await meter.finish(signal?.aborted ? 'aborted' : status);
     }
     const snapshot = {
       version: 1 as const,
