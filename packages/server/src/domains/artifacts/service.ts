@@ -188,7 +188,7 @@ export class ArtifactsService {
       },
       { inputTokens: estimateTokens(messageChars(messages)) },
     );
-    let status: 'success' | 'error' | 'aborted' = 'error';
+    let status: 'success' | 'error' = 'error';
     let llm: ArtifactResponse['data']['outputSnapshot']['llm'] | undefined;
     try {
       const responseSchema = {
