@@ -79,30 +79,25 @@ function start(
   });
 }
 
-/** Sends `type` and waits for the child's `answer`. */
-function ask(child: ChildProcess, msg: { type: string; file?: string }, answer: string): Promise<void> {
+/** Sends `msg` and resolves with the child's first message of type `answer`. */
+function ask<T extends { type: string }>(
+  child: ChildProcess,
+  msg: { type: string; file?: string },
+  answer: string,
+): Promise<T> {
   return new Promise((resolve) => {
-    const on = (m: { type: string }) => {
+    const on = (m: T) => {
       if (m.type !== answer) return;
       child.off('message', on);
-      resolve();
+      resolve(m);
     };
     child.on('message', on);
     child.send(msg);
   });
 }
 
-function stats(child: ChildProcess): Promise<{ cpuMicros: number; maxRssKb: number }> {
-  return new Promise((resolve) => {
-    const on = (m: { type: string; cpuMicros: number; maxRssKb: number }) => {
-      if (m.type !== 'stats') return;
-      child.off('message', on);
-      resolve(m);
-    };
-    child.on('message', on);
-    child.send({ type: 'stats' });
-  });
-}
+const stats = (child: ChildProcess) =>
+  ask<{ type: string; cpuMicros: number; maxRssKb: number }>(child, { type: 'stats' }, 'stats');
 
 interface Target {
   url: URL;

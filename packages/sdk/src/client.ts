@@ -138,6 +138,16 @@ export class AiSuite {
     return (await this.me()).workspace.id;
   }
 
+  /** `/workspaces/{id}<suffix>` for the credentials' workspace. */
+  async workspacePath(suffix: string): Promise<string> {
+    return `/workspaces/${encodeURIComponent(await this.workspaceId())}${suffix}`;
+  }
+
+  /** A request under the credentials' workspace path (storage, insights). */
+  inWorkspace<T>(suffix: string, fn: (path: string) => APIPromise<T>): APIPromise<T> {
+    return new APIPromise(this.workspacePath(suffix).then((p) => fn(p).withResponse()));
+  }
+
   /** A JSON request with retries; resolves to the parsed body. */
   request<T>(opts: RequestOptions): APIPromise<T> {
     return new APIPromise(

@@ -1,6 +1,8 @@
 import type { AiSuite } from '../client.js';
-import { APIPromise } from '../core/api-promise.js';
+import type { APIPromise } from '../core/api-promise.js';
 import type { ConversationDetail, ConversationList, ConversationListParams } from './types.js';
+
+const BASE = '/insights/conversations';
 
 interface Opts {
   signal?: AbortSignal;
@@ -14,31 +16,22 @@ interface Opts {
 export class Conversations {
   constructor(private readonly client: AiSuite) {}
 
-  private call<T>(fn: (base: string) => APIPromise<T>): APIPromise<T> {
-    return new APIPromise(
-      this.client
-        .workspaceId()
-        .then((id) => fn(`/workspaces/${encodeURIComponent(id)}/insights/conversations`).withResponse()),
-    );
-  }
-
   /**
    * Most recently active first. `limit` 1–100 (default 20), `offset`; `from`/`to` (ISO 8601,
    * inclusive, on `updated_at`); `app_id` (one or several); `user_key` (external user id,
    * anonymous visitor id or session id); `status`.
    */
   list(query: ConversationListParams = {}, opts: Opts = {}): APIPromise<ConversationList> {
-    return this.call((base) => this.client.request({ method: 'GET', path: base, query, ...opts }));
+    return this.client.inWorkspace(BASE, (path) =>
+      this.client.request({ method: 'GET', path, query, ...opts }),
+    );
   }
 
   /** One conversation: messages (content cut at 4000 characters), usage records and events. */
   async get(threadId: string, opts: Opts = {}): Promise<ConversationDetail> {
-    const base = `/workspaces/${encodeURIComponent(await this.client.workspaceId())}/insights/conversations`;
-    const res = await this.client.request<{ data: ConversationDetail }>({
-      method: 'GET',
-      path: `${base}/${encodeURIComponent(threadId)}`,
-      ...opts,
-    });
+    const res = await this.client.inWorkspace(`${BASE}/${encodeURIComponent(threadId)}`, (path) =>
+      this.client.request<{ data: ConversationDetail }>({ method: 'GET', path, ...opts }),
+    );
     return res.data;
   }
 }

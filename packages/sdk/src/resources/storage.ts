@@ -1,5 +1,5 @@
 import type { AiSuite } from '../client.js';
-import { APIPromise } from '../core/api-promise.js';
+import type { APIPromise } from '../core/api-promise.js';
 import type {
   CreateFolderResult,
   GitHostImportResult,
@@ -127,11 +127,11 @@ export class Storage {
   constructor(private readonly client: AiSuite) {}
 
   private base(): Promise<string> {
-    return this.client.workspaceId().then((id) => `/workspaces/${encodeURIComponent(id)}/storage`);
+    return this.client.workspacePath('/storage');
   }
 
   private call<T>(fn: (base: string) => APIPromise<T>): APIPromise<T> {
-    return new APIPromise(this.base().then((b) => fn(b).withResponse()));
+    return this.client.inWorkspace('/storage', fn);
   }
 
   /** Files, newest first: `type` (default `all`), `limit` (default 50, max 200), `search` (filename). */

@@ -58,15 +58,16 @@ interface IssueLike {
 
 /**
  * A validation failure becomes the spec's message when the schema carries one, or
- * `<path>: <zod message>` otherwise, with every issue listed under `details.issues`.
+ * `<path>: <zod message>` otherwise, with every issue listed under `details.issues`. Code
+ * `VALIDATION_ERROR` unless the endpoint's spec names another (artifacts: `INVALID_INPUT`).
  */
-export function validationError(issues: readonly IssueLike[]): AppError {
+export function validationError(issues: readonly IssueLike[], code = 'VALIDATION_ERROR'): AppError {
   const first = issues[0];
   const render = (i: IssueLike) => {
     const p = i.path.map(String).join('.');
     return ZOD_DEFAULT_MESSAGE.test(i.message) && p ? `${p}: ${i.message}` : i.message;
   };
-  return new AppError(400, first ? render(first) : INVALID_REQUEST_BODY, 'VALIDATION_ERROR', {
+  return new AppError(400, first ? render(first) : INVALID_REQUEST_BODY, code, {
     issues: issues.map((i) => ({ path: i.path.map(String).join('.'), message: i.message })),
   });
 }

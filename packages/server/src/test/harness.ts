@@ -109,6 +109,16 @@ export interface TestWorkspace {
   keyId: string;
 }
 
+/** A workspace's credit balance in micro-dollars, read from the database. */
+export async function creditBalance(ts: TestServer, workspaceId: string): Promise<number> {
+  const rows = await ts.server.deps
+    .em()
+    .execute<{ b: string }[]>('select credit_balance_micros as b from workspaces where id = ?', [
+      workspaceId,
+    ]);
+  return Number(rows[0]?.b);
+}
+
 /** A workspace with one API key, credits and quota as asked. */
 export async function createTestWorkspace(
   ts: TestServer,

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   createTestWorkspace,
+  creditBalance,
   type FakeOpenAI,
   startTestServer,
   startTestServerWithFakeModel,
@@ -40,16 +41,7 @@ const messagesOf = async (threadId: string) =>
     )
   ).data;
 
-const balance = async (workspaceId: string) =>
-  Number(
-    (
-      await ts.server.deps
-        .em()
-        .execute<{ b: string }[]>('select credit_balance_micros as b from workspaces where id = ?', [
-          workspaceId,
-        ])
-    )[0]?.b,
-  );
+const balance = (workspaceId: string) => creditBalance(ts, workspaceId);
 
 beforeAll(async () => {
   ts = await startTestServerWithFakeModel();

@@ -3,7 +3,7 @@ import { z } from 'zod';
 export const THREAD_STATUSES = ['active', 'archived', 'closed'] as const;
 export const INVALID_THREAD_STATUS = 'Invalid status. Must be one of: active, archived, closed';
 
-const JsonObject = z.record(z.string(), z.unknown());
+export const JsonObject = z.record(z.string(), z.unknown());
 
 /** Per-app defaults of the chat `controls`; a request's own controls win. */
 export const ControlsSchema = z
@@ -225,10 +225,11 @@ export const ThreadMessageListSchema = z
   .meta({ id: 'AppThreadMessageList' });
 
 const statusEnum = z.enum(THREAD_STATUSES, { error: INVALID_THREAD_STATUS });
-const pageNumber = (field: string) =>
+/** `limit`/`offset` of the memory and insights lists: an integer, clamped by the service. */
+export const pageNumber = (field: string) =>
   z
     .number({ error: `${field} must be a number` })
-    .int()
+    .int(`${field} must be a number`)
     .optional();
 
 export const ListThreadsInput = z.object({

@@ -21,6 +21,24 @@ const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 export const isUuid = (s: string | undefined): s is string => !!s && UUID.test(s);
 
 export const appNotFound = () => new AppError(401, 'Unauthorized or app not found');
+
+/**
+ * An app of the workspace named by id in a request body (widget tokens, artifacts): 404
+ * `APP_NOT_FOUND` for an unknown, foreign or malformed id.
+ */
+export async function assertWorkspaceApp(
+  em: EntityManager,
+  workspaceId: string,
+  appId: string,
+): Promise<void> {
+  const rows = isUuid(appId)
+    ? await em.execute<{ id: string }[]>(
+        `select id from apps where id = ? and workspace_id = ? and app_type = 'app'`,
+        [appId, workspaceId],
+      )
+    : [];
+  if (!rows[0]) throw notFound('App not found in this workspace', 'APP_NOT_FOUND');
+}
 export const threadNotFound = () => notFound('Thread not found');
 
 export const clampPage = (

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   createTestWorkspace,
+  creditBalance,
   type FakeOpenAI,
   startTestServer,
   startTestServerWithFakeModel,
@@ -61,16 +62,7 @@ const body = (over: Record<string, unknown> = {}) => ({
   externalRef: 'invoice-77',
   ...over,
 });
-const balance = async (workspaceId: string) =>
-  Number(
-    (
-      await ts.server.deps
-        .em()
-        .execute<{ b: string }[]>('select credit_balance_micros as b from workspaces where id = ?', [
-          workspaceId,
-        ])
-    )[0]?.b,
-  );
+const balance = (workspaceId: string) => creditBalance(ts, workspaceId);
 
 beforeAll(async () => {
   ts = await startTestServerWithFakeModel();
@@ -269,6 +261,7 @@ describe('POST /artifacts/generate', () => {
         'input.context.audienceProfile must be 64 characters or less',
       ],
       [{ period: { start: long(33) } }, 'period.start must be 32 characters or less'],
+      [{ period: { end: long(33) } }, 'period.end must be 32 characters or less'],
       [{ externalRef: long(257) }, 'externalRef must be 256 characters or less'],
       [{ model: long(201) }, 'model must be 200 characters or less'],
       [{ templateId: 'nope' }, 'Unknown templateId "nope". Known: insight-narrative-v1, insight-brief-v1'],

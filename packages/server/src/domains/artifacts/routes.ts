@@ -1,37 +1,19 @@
-import express, { type Request, type Response, type Router } from 'express';
+import type { Request, Response, Router } from 'express';
 import type { ServerDeps } from '../../context.js';
-import { ErrorBodySchema, sendError, toAppError } from '../../http/errors.js';
+import { ErrorBodySchema, sendError, toAppError, validationError } from '../../http/errors.js';
+import { jsonReader, readJsonBody } from '../../http/json-body.js';
 import type { RawRouteModule } from '../../http/raw-routes.js';
 import { authenticateApiKey } from '../../trpc.js';
 import { ArtifactRequestSchema, ArtifactResponseSchema, MAX_BODY_BYTES } from './schema.js';
-import { ArtifactsService, invalidInput, invalidInputFrom } from './service.js';
+import { ArtifactsService, invalidInput } from './service.js';
 
 const OVERSIZED = `The request body exceeds ${MAX_BODY_BYTES} bytes`;
-const JSON_TYPE = /^application\/json\s*(;|$)/i;
 
 /**
- * Reads the JSON body itself so that every refusal is the spec's 400 `INVALID_INPUT`: a body
- * over 512,000 bytes (whatever its size: the reader stops at the limit), malformed JSON or
- * another content type.
+ * The reader stops at the limit plus room for the sender's whitespace, so a body of any size
+ * is refused unread; the spec's measure (the body serialised as JSON) is applied after parsing.
  */
-const readBody = express.json({ limit: MAX_BODY_BYTES + 1024, type: () => true });
-
-function parseBody(req: Request, res: Response): Promise<unknown> {
-  if (!JSON_TYPE.test(req.headers['content-type'] ?? '')) {
-    return Promise.reject(invalidInput('The request body must be JSON (Content-Type: application/json)'));
-  }
-  return new Promise((resolve, reject) => {
-    readBody(req, res, (err?: unknown) => {
-      if (!err) return resolve(req.body);
-      const type = (err as { type?: string }).type;
-      reject(
-        type === 'entity.too.large'
-          ? invalidInput(OVERSIZED)
-          : invalidInput('The request body is not valid JSON'),
-      );
-    });
-  });
-}
+const readBody = jsonReader(MAX_BODY_BYTES + 1024);
 
 export const artifactRoutes: RawRouteModule = {
   name: 'artifacts',
@@ -45,11 +27,13 @@ export const artifactRoutes: RawRouteModule = {
       try {
         const em = deps.em();
         const principal = await authenticateApiKey(req, em);
-        const raw = await parseBody(req, res);
+        // Every refusal of the body is the spec's 400 INVALID_INPUT (413 and content type included).
+        const { body: raw, error } = await readJsonBody(readBody, req, res);
+        if (error) throw invalidInput(error.status === 413 ? OVERSIZED : error.message);
         // The spec's measure: the body serialised as JSON (whitespace of the sender aside).
         if (Buffer.byteLength(JSON.stringify(raw ?? null)) > MAX_BODY_BYTES) throw invalidInput(OVERSIZED);
         const parsed = ArtifactRequestSchema.safeParse(raw ?? {});
-        if (!parsed.success) throw invalidInputFrom(parsed.error.issues);
+        if (!parsed.success) throw validationError(parsed.error.issues, 'INVALID_INPUT');
         const out = await new ArtifactsService(em, deps, principal, req.requestId ?? '').generate(
           parsed.data,
           gone.signal,

@@ -2,9 +2,10 @@ import { randomUUID } from 'node:crypto';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import type { Principal } from '../../auth/principal.js';
 import type { ServerDeps } from '../../context.js';
-import { AppError, notFound, validationError } from '../../http/errors.js';
+import { AppError } from '../../http/errors.js';
 import type { LlmMessage, ModelInfo } from '../../providers/llm.js';
 import { estimateTokens, messageChars } from '../../providers/openai-provider.js';
+import { assertWorkspaceApp } from '../apps/service.js';
 import {
   type ArtifactRequest,
   type ArtifactResponse,
@@ -18,7 +19,6 @@ import {
 export const ARTIFACTS_ENDPOINT = '/artifacts/generate';
 export const DEFAULT_TEMPLATE = 'insight-narrative-v1';
 export const REPORT_FAILED = 'Failed to generate report: the model did not return a valid report';
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 /** A 400 with the code the spec gives artifacts' validation failures. */
 export const invalidInput = (message: string, details?: Record<string, unknown>) =>
@@ -159,15 +159,7 @@ export class ArtifactsService {
       throw invalidInput(`Unknown templateId "${templateId}". Known: ${Object.keys(TEMPLATES).join(', ')}`);
     }
     const ws = this.principal.workspaceId;
-    if (req.appId !== undefined) {
-      const rows = UUID.test(req.appId)
-        ? await this.em.execute<{ id: string }[]>(
-            `select id from apps where id = ? and workspace_id = ? and app_type = 'app'`,
-            [req.appId, ws],
-          )
-        : [];
-      if (!rows[0]) throw notFound('App not found in this workspace', 'APP_NOT_FOUND');
-    }
+    if (req.appId !== undefined) await assertWorkspaceApp(this.em, ws, req.appId);
     let model: ModelInfo;
     try {
       model = this.deps.models.resolve('chat', req.model);
@@ -277,10 +269,4 @@ export class ArtifactsService {
       meta: { requestId: this.requestId, persisted, workflowRunId },
     };
   }
-}
-
-/** Validation of the parsed body, with the artifacts code (`INVALID_INPUT`). */
-export function invalidInputFrom(issues: Parameters<typeof validationError>[0]): AppError {
-  const e = validationError(issues);
-  return invalidInput(e.message, e.details);
 }

@@ -1,10 +1,10 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import express from 'express';
 import { z } from 'zod';
 import { bearerToken, isWellFormedApiKey } from '../../auth/api-keys.js';
 import type { Principal } from '../../auth/principal.js';
 import type { ServerDeps } from '../../context.js';
-import { AppError, INVALID_REQUEST_BODY, sendError, toAppError } from '../../http/errors.js';
+import { AppError, sendError, toAppError } from '../../http/errors.js';
+import { jsonReader, readJsonBody } from '../../http/json-body.js';
 import type { RawRouteModule } from '../../http/raw-routes.js';
 import { isAbortError } from '../../providers/openai-provider.js';
 import { ChatRequestSchema } from './schema.js';
@@ -20,24 +20,10 @@ const STREAM_HEADERS: Record<string, string> = {
   'X-Accel-Buffering': 'no',
 };
 
-const jsonBody = express.json({ limit: BODY_LIMIT, type: () => true });
-const JSON_TYPE = /^application\/json\s*(;|$)/i;
+const jsonBody = jsonReader(BODY_LIMIT);
 
 /** A Node request as the fast path and express both hand it over. */
 type ChatRequestMessage = IncomingMessage & { requestId?: string; principal?: Principal; body?: unknown };
-
-/** The parsed JSON body, or the 400/413 it earns (reported only after authentication). */
-function readJson(
-  req: ChatRequestMessage,
-  res: ServerResponse,
-): Promise<{ body?: unknown; error?: AppError }> {
-  if (!JSON_TYPE.test(req.headers['content-type'] ?? '')) {
-    return Promise.resolve({ error: new AppError(400, INVALID_REQUEST_BODY) });
-  }
-  return new Promise((resolve) => {
-    jsonBody(req, res, (err?: unknown) => resolve(err ? { error: toAppError(err) } : { body: req.body }));
-  });
-}
 
 /**
  * `POST /chat`: the reply streamed as plain text chunks under `text/event-stream` (no JSON,
@@ -67,7 +53,7 @@ function chatHandler(deps: ServerDeps) {
       // A malformed key is refused before the body is read; everything else in one statement.
       const apiKey = bearerToken(req.headers.authorization);
       if (!apiKey || !isWellFormedApiKey(apiKey)) throw new AppError(401, 'Invalid API key');
-      const { body, error } = await readJson(req, res);
+      const { body, error } = await readJsonBody(jsonBody, req, res);
       ({ principal, prepared } = await service.prepare(apiKey, body, error, (p) => {
         req.principal = p;
       }));

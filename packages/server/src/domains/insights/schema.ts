@@ -1,13 +1,5 @@
 import { z } from 'zod';
-import { INVALID_THREAD_STATUS, THREAD_STATUSES } from '../apps/schema.js';
-
-const JsonObject = z.record(z.string(), z.unknown());
-
-const pageNumber = (field: string) =>
-  z
-    .number({ error: `${field} must be a number` })
-    .int(`${field} must be a number`)
-    .optional();
+import { INVALID_THREAD_STATUS, JsonObject, pageNumber, THREAD_STATUSES } from '../apps/schema.js';
 
 /** An ISO 8601 date or date-time (`2026-11-01`, `2026-11-01T10:00:00Z`, with an offset…). */
 const ISO_8601 = /^\d{4}-\d{2}-\d{2}([Tt ]\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?([Zz]|[+-]\d{2}:?\d{2})?)?$/;

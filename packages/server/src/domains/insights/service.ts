@@ -1,7 +1,7 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { AppError } from '../../http/errors.js';
 import type { UsageComponentLine } from '../../metering/types.js';
-import { clampPage, THREAD_PAGE } from '../apps/service.js';
+import { clampPage, isUuid, THREAD_PAGE } from '../apps/service.js';
 import type { ConversationDetail, ConversationSummary } from './schema.js';
 
 /** Message content in a conversation's detail is cut here (spec 8), then marked with `…`. */
@@ -10,7 +10,6 @@ export const CONTENT_LIMIT = 4000;
 export const USAGE_EVENTS_LIMIT = 200;
 export const CONVERSATION_NOT_FOUND = 'Conversation not found';
 
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 const iso = (d: Date | string | null) => (d == null ? null : new Date(d).toISOString());
 const usd = (micros: number | string | null | undefined) => Number(micros ?? 0) / 1_000_000;
 
@@ -204,7 +203,7 @@ export class InsightsService {
    * one component line of a record (input tokens, output tokens, an image…), newest first.
    */
   async get(threadId: string): Promise<ConversationDetail> {
-    if (!UUID.test(threadId)) throw new AppError(404, CONVERSATION_NOT_FOUND);
+    if (!isUuid(threadId)) throw new AppError(404, CONVERSATION_NOT_FOUND);
     const threads = await this.em.execute<ThreadRow[]>(
       'select t.* from app_threads t where t.id = ? and t.workspace_id = ?',
       [threadId, this.workspaceId],

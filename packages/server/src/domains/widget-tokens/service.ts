@@ -8,6 +8,7 @@ import {
   widgetTokenDisplayPrefix,
 } from '../../auth/widget-tokens.js';
 import { badRequest, notFound } from '../../http/errors.js';
+import { assertWorkspaceApp } from '../apps/service.js';
 import {
   type CreateWidgetTokenInput,
   WIDGET_TOKEN_MAX_REQUESTS,
@@ -58,15 +59,7 @@ export class WidgetTokensService {
 
   async create(input: CreateWidgetTokenInput): Promise<{ token: string; widgetToken: WidgetTokenDto }> {
     const ws = this.principal.workspaceId;
-    if (input.appId !== undefined) {
-      const rows = UUID.test(input.appId)
-        ? await this.em.execute<{ id: string }[]>(
-            `select id from apps where id = ? and workspace_id = ? and app_type = 'app'`,
-            [input.appId, ws],
-          )
-        : [];
-      if (!rows[0]) throw notFound('App not found in this workspace', 'APP_NOT_FOUND');
-    }
+    if (input.appId !== undefined) await assertWorkspaceApp(this.em, ws, input.appId);
     const origins: string[] = [];
     for (const o of input.allowedOrigins ?? []) {
       const n = normalizeOrigin(o);
