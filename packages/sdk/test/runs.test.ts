@@ -112,6 +112,9 @@ describe('client.runs', () => {
     const ended = await client.runs.poll(agentId, runId, { intervalMs: 20 });
     expect(ended.run.status).toBe('cancelled');
     expect(ended.events.at(-1)?.event_type).toBe('run.cancelled');
+    const last = ended.events.at(-1);
+    const lastId: string | undefined = last?.id;
+    expect(lastId).toBe(String(last?.sequence_number));
   });
 
   it('maps errors to typed classes', async () => {

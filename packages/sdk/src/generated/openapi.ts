@@ -1603,8 +1603,10 @@ export interface components {
             artifacts: components["schemas"]["RunArtifact"][];
         };
         RunEvent: {
-            /** @description Sequence of the event in the run log (also the SSE `id:`) */
-            id: number;
+            /** @description Run-scoped event id: the decimal form of `sequence_number`, identical to the SSE `id:`, so it can be sent as `Last-Event-ID` (or `after`) to resume after this event */
+            id: string;
+            /** @description Position of the event in the run log (1, 2, 3…), for ordering */
+            sequence_number: number;
             event_type: string;
             payload: {
                 [key: string]: unknown;

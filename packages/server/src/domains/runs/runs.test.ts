@@ -95,7 +95,7 @@ async function createRun(agentId: string, body: Record<string, unknown>, key = w
 
 type Detail = {
   run: { id: string; status: string; error: string | null; session_id: string; started_at: string | null };
-  events: { id: number; event_type: string; payload: Record<string, any> }[];
+  events: { id: string; sequence_number: number; event_type: string; payload: Record<string, any> }[];
   artifacts: { id: string; file_id: string; filename: string; mime_type: string; size_bytes: number }[];
 };
 
@@ -188,6 +188,11 @@ describe('autonomous execution', () => {
     expect(types).toContain('message.completed');
     expect(types).not.toContain('message.delta');
     expect(types.at(-1)).toBe('run.completed');
+    // Ids are strings (spec section 2); the numeric sequence orders them.
+    for (const e of d.events) expect(e.id).toBe(String(e.sequence_number));
+    const seqs = d.events.map((e) => e.sequence_number);
+    expect(seqs).toEqual([...seqs].sort((x, y) => x - y));
+    expect(new Set(seqs).size).toBe(seqs.length);
     expect(d.artifacts).toHaveLength(1);
     const art = d.artifacts[0] as Detail['artifacts'][number];
     expect(art).toMatchObject({ filename: 'report.md', mime_type: 'text/markdown', size_bytes: 26 });
@@ -220,6 +225,25 @@ describe('autonomous execution', () => {
     expect(sse).toContain('"type":"message.delta"');
     expect(sse).toContain('"type":"artifact.created"');
     expect(sse.trim().split('\n\n').at(-1)).toContain('"type":"run.completed"');
+  });
+
+  it('resumes the session stream after an event id taken from the run detail', async () => {
+    const agentId = await createAgent();
+    const created = await createRun(agentId, { task: 'WRITE the weekly report' });
+    const d = await waitRun(agentId, created.runId, terminal);
+    const mark = d.events.find((e) => e.event_type === 'artifact.created');
+    expect(typeof mark?.id).toBe('string');
+    const streamPath = `/managed-agents/sessions/${created.sessionId}/runs/${created.runId}/stream`;
+    const viaHeader = await ts.api(streamPath, {
+      key: ws.apiKey,
+      headers: { 'last-event-id': String(mark?.id) },
+    });
+    const viaQuery = await get(`${streamPath}?after=${mark?.id}`);
+    for (const res of [viaHeader, viaQuery]) {
+      const ids = [...(await res.text()).matchAll(/^id: (\d+)$/gm)].map((m) => Number(m[1]));
+      expect(ids[0]).toBe((mark?.sequence_number ?? 0) + 1);
+      expect(ids.at(-1)).toBe(d.events.at(-1)?.sequence_number);
+    }
   });
 
   it('lists runs newest first, with limit validation', async () => {

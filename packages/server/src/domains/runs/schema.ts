@@ -73,7 +73,15 @@ export const RunSchema = z
 
 export const RunEventSchema = z
   .object({
-    id: z.number().describe('Sequence of the event in the run log (also the SSE `id:`)'),
+    id: z
+      .string()
+      .describe(
+        'Run-scoped event id: the decimal form of `sequence_number`, identical to the SSE `id:`, so it can be sent as `Last-Event-ID` (or `after`) to resume after this event',
+      ),
+    sequence_number: z
+      .number()
+      .int()
+      .describe('Position of the event in the run log (1, 2, 3…), for ordering'),
     event_type: z.string(),
     payload: z.record(z.string(), z.unknown()),
     created_at: z.string(),

@@ -245,7 +245,8 @@ export class RunsService {
       run,
       waiting,
       events: events.map((e) => ({
-        id: Number(e.seq),
+        id: String(e.seq),
+        sequence_number: Number(e.seq),
         event_type: e.type as string,
         payload: json<Record<string, unknown>>(e.payload) ?? {},
         created_at: iso(e.created_at) as string,
