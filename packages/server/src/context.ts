@@ -1,5 +1,6 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
 import type { Logger } from 'pino';
+import type { IdentitySettings } from './auth/settings.js';
 import type { Config } from './config.js';
 import type { Database } from './db/orm.js';
 import type { Metering } from './metering/types.js';
@@ -17,6 +18,8 @@ export interface ServerDeps {
   log: Logger;
   /** A fresh entity manager for one unit of work (request, job, stream). */
   em(): EntityManager;
+  /** Sign-in, sessions, invitations and OIDC settings (`AUTH_*`, `OIDC_*`). */
+  identity: IdentitySettings;
   /** The durable run engine (agent turns, autonomous runs). */
   runs: RunEngine;
   /** Configured models (MODELS_FILE or OPENAI_* / CHAT_MODEL env). */

@@ -5,6 +5,8 @@ import type { EntityManager } from '@mikro-orm/postgresql';
 import type { Express } from 'express';
 import type { Logger } from 'pino';
 import { createApp } from './app.js';
+import { prepareDummyHash } from './auth/passwords.js';
+import { identitySettingsFromEnv } from './auth/settings.js';
 import { type Config, loadConfig } from './config.js';
 import type { ServerDeps } from './context.js';
 import type { EmbeddedPostgres } from './db/embedded.js';
@@ -64,6 +66,8 @@ export async function createServer(opts: CreateServerOptions = {}): Promise<AiSu
   };
   // Model and metering configuration errors fail the start, before the database opens.
   const ai = createAiDeps(config, () => em());
+  const identity = identitySettingsFromEnv(config.env);
+  void prepareDummyHash();
   const db: Database = await openDatabase({
     databaseUrl: config.databaseUrl,
     dataDir: config.dataDir,
@@ -82,7 +86,7 @@ export async function createServer(opts: CreateServerOptions = {}): Promise<AiSu
   const objects = createObjectStore(config, () => config.publicBaseUrl ?? listeningUrl);
   const runs = createRunEngine({ config, log, em });
   const poolMetering = ai.metering.using(db.sql, { batchUsage: true });
-  const deps: ServerDeps = { config, db, log, em, ...ai, poolMetering, objects, runs };
+  const deps: ServerDeps = { config, db, log, em, identity, ...ai, poolMetering, objects, runs };
   registerAgentRuntime(deps);
   const autonomous = registerAutonomousRuns(deps);
   await runs.start();

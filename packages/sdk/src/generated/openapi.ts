@@ -24,6 +24,114 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/auth/sign-in": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Sign in with email and password
+         * @description Opens a session: the token in the body is for `Authorization: Bearer …`; browsers also get it as an HTTP-only `SameSite=Lax` cookie. An unknown email and a wrong password both answer 401 `Invalid email or password`. A session the request carried is revoked.
+         */
+        post: operations["identity-signIn"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/auth/sign-out": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Sign out: revoke this session and clear its cookie */
+        post: operations["identity-signOut"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/auth/session": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The session of this request: user, workspace and role, expiry */
+        get: operations["identity-session"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/auth/workspace": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Act in another of your workspaces
+         * @description A session acts in one workspace at a time. Switching rotates the token: the one sent with this request stops working; use the one in the body (the cookie is replaced).
+         */
+        post: operations["identity-switchWorkspace"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/auth/sessions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Your live sessions */
+        get: operations["identity-listSessions"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/auth/sessions/{sessionId}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /** Revoke one of your sessions */
+        delete: operations["identity-revokeSession"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/integration-packs": {
         parameters: {
             query?: never;
@@ -1059,6 +1167,151 @@ export interface components {
                 message: string;
             }[];
         };
+        SignedIn: {
+            session: {
+                id: string;
+                /** @enum {string} */
+                method: "password" | "oidc" | "invitation" | "signup";
+                createdAt: string;
+                /** @description Absolute end of the session */
+                expiresAt: string;
+                /** @description When the session ends if it is not used before */
+                idleExpiresAt: string;
+            };
+            user: components["schemas"]["AuthUser"];
+            /** @description The workspace the session acts in (null: none chosen, or the membership is gone) */
+            workspace: components["schemas"]["WorkspaceMembership"] | null;
+            /** @description Every workspace the user belongs to */
+            workspaces: components["schemas"]["WorkspaceMembership"][];
+            /** @description The session token (`svc_ss_…`), shown once: send it as `Authorization: Bearer …`. Browsers get the same session as an HTTP-only cookie. */
+            token: string;
+        };
+        AuthUser: {
+            id: string;
+            email: string;
+            name: string | null;
+        };
+        WorkspaceMembership: {
+            id: string;
+            name: string;
+            role: components["schemas"]["Role"];
+        };
+        /** @enum {string} */
+        Role: "owner" | "admin" | "member";
+        /**
+         * Validation error error (400)
+         * @description The error information
+         * @example {
+         *       "code": "BAD_REQUEST",
+         *       "message": "Validation error",
+         *       "issues": []
+         *     }
+         */
+        "error.BAD_REQUEST": {
+            /**
+             * @description The error message
+             * @example Validation error
+             */
+            message: string;
+            /**
+             * @description The error code
+             * @example BAD_REQUEST
+             */
+            code: string;
+            /**
+             * @description An array of issues that were responsible for the error
+             * @example []
+             */
+            issues?: {
+                message: string;
+            }[];
+        };
+        /**
+         * Too many failed sign-ins for this account or address (Retry-After) error (429)
+         * @description The error information
+         * @example {
+         *       "code": "TOO_MANY_REQUESTS",
+         *       "message": "Too many failed sign-ins for this account or address (Retry-After)",
+         *       "issues": []
+         *     }
+         */
+        "error.TOO_MANY_REQUESTS": {
+            /**
+             * @description The error message
+             * @example Too many failed sign-ins for this account or address (Retry-After)
+             */
+            message: string;
+            /**
+             * @description The error code
+             * @example TOO_MANY_REQUESTS
+             */
+            code: string;
+            /**
+             * @description An array of issues that were responsible for the error
+             * @example []
+             */
+            issues?: {
+                message: string;
+            }[];
+        };
+        AuthSession: {
+            session: {
+                id: string;
+                /** @enum {string} */
+                method: "password" | "oidc" | "invitation" | "signup";
+                createdAt: string;
+                /** @description Absolute end of the session */
+                expiresAt: string;
+                /** @description When the session ends if it is not used before */
+                idleExpiresAt: string;
+            };
+            user: components["schemas"]["AuthUser"];
+            /** @description The workspace the session acts in (null: none chosen, or the membership is gone) */
+            workspace: components["schemas"]["WorkspaceMembership"] | null;
+            /** @description Every workspace the user belongs to */
+            workspaces: components["schemas"]["WorkspaceMembership"][];
+        };
+        SessionListItem: {
+            id: string;
+            /** @enum {string} */
+            method: "password" | "oidc" | "invitation" | "signup";
+            workspaceId: string | null;
+            createdAt: string;
+            lastSeenAt: string;
+            expiresAt: string;
+            ip: string | null;
+            userAgent: string | null;
+            /** @description The session of this request */
+            current: boolean;
+        };
+        /**
+         * Session not found error (404)
+         * @description The error information
+         * @example {
+         *       "code": "NOT_FOUND",
+         *       "message": "Session not found",
+         *       "issues": []
+         *     }
+         */
+        "error.NOT_FOUND": {
+            /**
+             * @description The error message
+             * @example Session not found
+             */
+            message: string;
+            /**
+             * @description The error code
+             * @example NOT_FOUND
+             */
+            code: string;
+            /**
+             * @description An array of issues that were responsible for the error
+             * @example []
+             */
+            issues?: {
+                message: string;
+            }[];
+        };
         IntegrationPack: {
             id: string;
             name: string;
@@ -1086,34 +1339,6 @@ export interface components {
             description: string | null;
             enabledByDefault: boolean;
         };
-        /**
-         * Pack not found error (404)
-         * @description The error information
-         * @example {
-         *       "code": "NOT_FOUND",
-         *       "message": "Pack not found",
-         *       "issues": []
-         *     }
-         */
-        "error.NOT_FOUND": {
-            /**
-             * @description The error message
-             * @example Pack not found
-             */
-            message: string;
-            /**
-             * @description The error code
-             * @example NOT_FOUND
-             */
-            code: string;
-            /**
-             * @description An array of issues that were responsible for the error
-             * @example []
-             */
-            issues?: {
-                message: string;
-            }[];
-        };
         PlatformTool: {
             toolId: string;
             name: string;
@@ -1123,34 +1348,6 @@ export interface components {
             implementationRef: string;
             agentKinds: string[];
             runtimeModes: string[];
-        };
-        /**
-         * Invalid input data error (400)
-         * @description The error information
-         * @example {
-         *       "code": "BAD_REQUEST",
-         *       "message": "Invalid input data",
-         *       "issues": []
-         *     }
-         */
-        "error.BAD_REQUEST": {
-            /**
-             * @description The error message
-             * @example Invalid input data
-             */
-            message: string;
-            /**
-             * @description The error code
-             * @example BAD_REQUEST
-             */
-            code: string;
-            /**
-             * @description An array of issues that were responsible for the error
-             * @example []
-             */
-            issues?: {
-                message: string;
-            }[];
         };
         AgentListItem: {
             id: string;
@@ -1387,34 +1584,6 @@ export interface components {
             /**
              * @description The error code
              * @example PAYMENT_REQUIRED
-             */
-            code: string;
-            /**
-             * @description An array of issues that were responsible for the error
-             * @example []
-             */
-            issues?: {
-                message: string;
-            }[];
-        };
-        /**
-         * Rate limit exceeded error (429)
-         * @description The error information
-         * @example {
-         *       "code": "TOO_MANY_REQUESTS",
-         *       "message": "Rate limit exceeded",
-         *       "issues": []
-         *     }
-         */
-        "error.TOO_MANY_REQUESTS": {
-            /**
-             * @description The error message
-             * @example Rate limit exceeded
-             */
-            message: string;
-            /**
-             * @description The error code
-             * @example TOO_MANY_REQUESTS
              */
             code: string;
             /**
@@ -1884,6 +2053,251 @@ export interface operations {
             };
         };
     };
+    "identity-signIn": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    email: string;
+                    password: string;
+                    /** @description The workspace to act in; default: the first the user joined */
+                    workspaceId?: string;
+                };
+            };
+        };
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SignedIn"];
+                };
+            };
+            /** @description Validation error */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Insufficient access */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many failed sign-ins for this account or address (Retry-After) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "identity-signOut": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @constant */
+                        signedOut: true;
+                    };
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "identity-session": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AuthSession"];
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "identity-switchWorkspace": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    workspaceId: string;
+                };
+            };
+        };
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SignedIn"];
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Insufficient access */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "identity-listSessions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        sessions: components["schemas"]["SessionListItem"][];
+                    };
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "identity-revokeSession": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sessionId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @constant */
+                        revoked: true;
+                        sessionId: string;
+                    };
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Session not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
     "catalogs-listPacks": {
         parameters: {
             query?: never;
@@ -1957,7 +2371,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Pack not found */
+            /** @description Session not found */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -1991,7 +2405,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Invalid input data */
+            /** @description Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -2018,7 +2432,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Pack not found */
+            /** @description Session not found */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -2120,7 +2534,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Invalid input data */
+            /** @description Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -2180,7 +2594,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Invalid input data */
+            /** @description Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -2207,7 +2621,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Pack not found */
+            /** @description Session not found */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -2250,7 +2664,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Invalid input data */
+            /** @description Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -2277,7 +2691,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Pack not found */
+            /** @description Session not found */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -2332,7 +2746,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Invalid input data */
+            /** @description Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -2359,7 +2773,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Pack not found */
+            /** @description Session not found */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -2405,7 +2819,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Invalid input data */
+            /** @description Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -2432,7 +2846,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Pack not found */
+            /** @description Session not found */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -2488,7 +2902,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Invalid input data */
+            /** @description Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -2548,7 +2962,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Invalid input data */
+            /** @description Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -2575,7 +2989,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Pack not found */
+            /** @description Session not found */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -2618,7 +3032,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Invalid input data */
+            /** @description Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -2645,7 +3059,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Pack not found */
+            /** @description Session not found */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -2685,7 +3099,7 @@ export interface operations {
                     "application/json": components["schemas"]["SessionTimeline"];
                 };
             };
-            /** @description Invalid input data */
+            /** @description Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -2712,7 +3126,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Pack not found */
+            /** @description Session not found */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -2760,7 +3174,7 @@ export interface operations {
                     "application/json": components["schemas"]["ToolResultAccepted"];
                 };
             };
-            /** @description Invalid input data */
+            /** @description Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -2828,7 +3242,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Invalid input data */
+            /** @description Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -2891,7 +3305,7 @@ export interface operations {
                     "application/json": components["schemas"]["StorageList"];
                 };
             };
-            /** @description Invalid input data */
+            /** @description Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -2918,7 +3332,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Pack not found */
+            /** @description Session not found */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -2975,7 +3389,7 @@ export interface operations {
                     "application/json": components["schemas"]["StorageFileResult"];
                 };
             };
-            /** @description Invalid input data */
+            /** @description Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -3002,7 +3416,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Pack not found */
+            /** @description Session not found */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -3059,7 +3473,7 @@ export interface operations {
                     "application/json": components["schemas"]["StorageFileResult"];
                 };
             };
-            /** @description Invalid input data */
+            /** @description Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -3086,7 +3500,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Pack not found */
+            /** @description Session not found */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -3133,7 +3547,7 @@ export interface operations {
                     "application/json": components["schemas"]["CreateFolderResult"];
                 };
             };
-            /** @description Invalid input data */
+            /** @description Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -3199,7 +3613,7 @@ export interface operations {
                     "application/json": components["schemas"]["RenameFolderResult"];
                 };
             };
-            /** @description Invalid input data */
+            /** @description Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -3226,7 +3640,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Pack not found */
+            /** @description Session not found */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -3272,7 +3686,7 @@ export interface operations {
                     "application/json": components["schemas"]["PathListing"] | components["schemas"]["PathTree"] | components["schemas"]["PathTreeFull"];
                 };
             };
-            /** @description Invalid input data */
+            /** @description Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -3299,7 +3713,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Pack not found */
+            /** @description Session not found */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -3348,7 +3762,7 @@ export interface operations {
                     "application/json": components["schemas"]["GitHostImportResult"];
                 };
             };
-            /** @description Invalid input data */
+            /** @description Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -3407,7 +3821,7 @@ export interface operations {
                     "application/json": components["schemas"]["AppList"];
                 };
             };
-            /** @description Invalid input data */
+            /** @description Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -3434,7 +3848,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Pack not found */
+            /** @description Session not found */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -3486,7 +3900,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Invalid input data */
+            /** @description Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -3681,7 +4095,7 @@ export interface operations {
                     "application/json": components["schemas"]["AppChatResponse"];
                 };
             };
-            /** @description Invalid input data */
+            /** @description Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -3708,7 +4122,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Pack not found */
+            /** @description Session not found */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -3717,7 +4131,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Rate limit exceeded */
+            /** @description Too many failed sign-ins for this account or address (Retry-After) */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -3852,7 +4266,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Pack not found */
+            /** @description Session not found */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -3893,7 +4307,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Pack not found */
+            /** @description Session not found */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -3933,7 +4347,7 @@ export interface operations {
                     "application/json": components["schemas"]["AppThreadEnvelope"];
                 };
             };
-            /** @description Invalid input data */
+            /** @description Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -3951,7 +4365,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Pack not found */
+            /** @description Session not found */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -3995,7 +4409,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Pack not found */
+            /** @description Session not found */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -4042,7 +4456,7 @@ export interface operations {
                     "application/json": components["schemas"]["AppSaveMessagesResult"];
                 };
             };
-            /** @description Invalid input data */
+            /** @description Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -4060,7 +4474,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Pack not found */
+            /** @description Session not found */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -4182,7 +4596,7 @@ export interface operations {
                     "application/json": components["schemas"]["CreatedWidgetToken"];
                 };
             };
-            /** @description Pack not found */
+            /** @description Session not found */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -4217,7 +4631,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Pack not found */
+            /** @description Session not found */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -4252,7 +4666,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Invalid input data */
+            /** @description Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -4279,7 +4693,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Pack not found */
+            /** @description Session not found */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -4332,7 +4746,7 @@ export interface operations {
                     "application/json": components["schemas"]["RunCreated"];
                 };
             };
-            /** @description Invalid input data */
+            /** @description Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -4391,7 +4805,7 @@ export interface operations {
                     "application/json": components["schemas"]["RunDetail"];
                 };
             };
-            /** @description Invalid input data */
+            /** @description Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -4418,7 +4832,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Pack not found */
+            /** @description Session not found */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -4474,7 +4888,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Invalid input data */
+            /** @description Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -4501,7 +4915,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Pack not found */
+            /** @description Session not found */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -4544,7 +4958,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Invalid input data */
+            /** @description Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -4571,7 +4985,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Pack not found */
+            /** @description Session not found */
             404: {
                 headers: {
                     [name: string]: unknown;

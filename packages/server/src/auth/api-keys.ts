@@ -1,28 +1,17 @@
-import { createHash, randomInt } from 'node:crypto';
+import { randomToken, sha256Hex } from './tokens.js';
 
 export const API_KEY_PREFIX = 'svc_ai_';
-const KEY_BODY_LENGTH = 64;
-const ALPHABET = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789';
 const KEY_PATTERN = /^svc_ai_[A-Za-z0-9]{64}$/;
 
 /** `svc_ai_` + 64 characters drawn uniformly from [A-Za-z0-9] with a CSPRNG (~381 bits). */
-export function generateApiKey(): string {
-  let body = '';
-  for (let i = 0; i < KEY_BODY_LENGTH; i++) body += ALPHABET[randomInt(ALPHABET.length)];
-  return API_KEY_PREFIX + body;
-}
+export const generateApiKey = (): string => randomToken(API_KEY_PREFIX, 64);
 
 export function isWellFormedApiKey(key: string): boolean {
   return KEY_PATTERN.test(key);
 }
 
-/**
- * Keys are high-entropy random strings, so one SHA-256 is the right hash: a slow password
- * hash adds latency to every request and no security (nobody can brute-force 381 bits).
- */
-export function hashApiKey(key: string): string {
-  return createHash('sha256').update(key).digest('hex');
-}
+/** Keys are stored as one SHA-256 (decision 0002). */
+export const hashApiKey = sha256Hex;
 
 /** What listings show instead of the key: the prefix and the first four characters. */
 export function displayPrefix(key: string): string {

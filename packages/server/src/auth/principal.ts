@@ -5,8 +5,10 @@ export interface Principal {
   via: 'apiKey' | 'widget' | 'session';
   keyId?: string;
   keyName?: string | null;
+  /** Set for sessions: the person signed in, their role in the workspace, the session's id. */
   userId?: string;
   role?: 'owner' | 'admin' | 'member';
+  sessionId?: string;
   /** Set for app-scoped widget tokens. */
   appId?: string;
   /** Set for widget tokens: the token's id, for per-token caps. */

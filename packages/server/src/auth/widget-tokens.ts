@@ -1,9 +1,7 @@
-import { createHash, randomInt } from 'node:crypto';
 import type { EntityManager } from '@mikro-orm/postgresql';
-import type { Request } from 'express';
-import { AppError, unauthorized } from '../http/errors.js';
-import { bearerToken } from './api-keys.js';
+import { AppError } from '../http/errors.js';
 import type { Principal } from './principal.js';
+import { randomToken, sha256Hex } from './tokens.js';
 
 /**
  * Widget tokens: short-lived bearer tokens for browser widgets, accepted only by the Apps
@@ -12,20 +10,14 @@ import type { Principal } from './principal.js';
  * expiry, allowed origins and the request cap take effect on the next request.
  */
 export const WIDGET_TOKEN_PREFIX = 'svc_wt_';
-const BODY_LENGTH = 48;
-const ALPHABET = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789';
 const TOKEN_PATTERN = /^svc_wt_[A-Za-z0-9]{48}$/;
 
-export function generateWidgetToken(): string {
-  let body = '';
-  for (let i = 0; i < BODY_LENGTH; i++) body += ALPHABET[randomInt(ALPHABET.length)];
-  return WIDGET_TOKEN_PREFIX + body;
-}
+export const generateWidgetToken = (): string => randomToken(WIDGET_TOKEN_PREFIX, 48);
 
 export const isWidgetToken = (token: string | undefined): token is string =>
   !!token && token.startsWith(WIDGET_TOKEN_PREFIX);
 
-export const hashWidgetToken = (token: string) => createHash('sha256').update(token).digest('hex');
+export const hashWidgetToken = sha256Hex;
 
 export const widgetTokenDisplayPrefix = (token: string) =>
   `${token.slice(0, WIDGET_TOKEN_PREFIX.length + 4)}…`;
@@ -98,23 +90,4 @@ export async function resolveWidgetToken(
     ...(row.app_id ? { appId: row.app_id } : {}),
     ...(row.subject ? { widgetSubject: row.subject } : {}),
   };
-}
-
-/**
- * The authentication of the Apps endpoints: a workspace API key, or a widget token. Every
- * other endpoint authenticates with `authenticateApiKey`, which refuses widget tokens.
- */
-export async function authenticateAppCaller(
-  req: Request,
-  em: EntityManager,
-  apiKeyAuth: (req: Request, em: EntityManager) => Promise<Principal>,
-): Promise<Principal> {
-  const token = bearerToken(req.headers.authorization);
-  if (isWidgetToken(token)) {
-    const principal = await resolveWidgetToken(em, token, req.headers.origin);
-    req.principal = principal;
-    return principal;
-  }
-  if (!token) throw unauthorized('Invalid API key');
-  return apiKeyAuth(req, em);
 }

@@ -3,19 +3,19 @@ import type { ZodOpenApiPathsObject } from 'zod-openapi';
 import { appRouter } from '../router.js';
 import type { Meta } from '../trpc.js';
 import { ErrorBodySchema } from './errors.js';
+import { SECURITY_SCHEMES, securityFor } from './openapi-security.js';
 import { rawRouteModules } from './raw-routes.js';
 
 export const API_VERSION = '1.0.0';
 
-function successStatuses(): Map<string, number> {
-  const out = new Map<string, number>();
+/** The meta of every procedure with an OpenAPI path, by `method path`. */
+function procedureMetas(): Map<string, Meta> {
+  const out = new Map<string, Meta>();
   const procs = (appRouter._def as unknown as { procedures: Record<string, { _def: { meta?: Meta } }> })
     .procedures;
   for (const proc of Object.values(procs)) {
     const meta = proc._def.meta;
-    if (meta?.status && meta.openapi) {
-      out.set(`${meta.openapi.method.toLowerCase()} ${meta.openapi.path}`, meta.status);
-    }
+    if (meta?.openapi) out.set(`${meta.openapi.method.toLowerCase()} ${meta.openapi.path}`, meta);
   }
   return out;
 }
@@ -41,18 +41,21 @@ export function buildOpenApiDocument(): OpenAPIObject {
     baseUrl: '/api/v1',
     description:
       'Workspace-scoped AI service: chat, managed agents, apps, storage and catalogs. Every error body is `{ error, code?, details? }`.',
-    securitySchemes: {
-      Authorization: { type: 'http', scheme: 'bearer', description: 'Workspace API key `svc_ai_…`' },
-    },
+    securitySchemes: SECURITY_SCHEMES as unknown as Parameters<
+      typeof generateOpenApiDocument
+    >[1]['securitySchemes'],
     paths,
     defs: { ErrorBody: ErrorBodySchema },
   });
-  const statuses = successStatuses();
+  const metas = procedureMetas();
   for (const [p, item] of Object.entries(doc.paths ?? {})) {
     for (const [method, op] of Object.entries(item as Record<string, unknown>)) {
-      const operation = op as { responses?: Record<string, unknown> } | undefined;
+      const operation = op as { responses?: Record<string, unknown>; security?: unknown } | undefined;
       if (!operation?.responses) continue;
-      const created = statuses.get(`${method} ${p}`);
+      const meta = metas.get(`${method} ${p}`);
+      // The credentials a procedure accepts, as its builder (`procedureFor`) recorded them.
+      if (meta?.principals) operation.security = securityFor(meta.principals);
+      const created = meta?.status;
       if (created && operation.responses['200']) {
         operation.responses[String(created)] = operation.responses['200'];
         delete operation.responses['200'];

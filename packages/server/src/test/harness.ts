@@ -4,7 +4,10 @@ import { type FakeOpenAI, type FakeOpenAIOptions, fakeOpenAIEnv, startFakeOpenAI
 import pg from 'pg';
 import { inject } from 'vitest';
 import './provided.js';
+import { SESSION_COOKIE } from '../auth/sessions.js';
 import { type EmbeddedPostgres, startEmbeddedPostgres } from '../db/embedded.js';
+import { IdentityService } from '../domains/identity/service.js';
+import type { Role } from '../domains/workspaces/entities.js';
 import { usdToMicros, WorkspacesService } from '../domains/workspaces/service.js';
 import { type AiSuiteServer, createServer } from '../server.js';
 
@@ -132,6 +135,54 @@ export async function createTestWorkspace(
   if (opts.creditsUsd) await svc.grantCredits(ws.id, usdToMicros(opts.creditsUsd));
   const { key, apiKey } = await svc.createApiKey({ workspaceId: ws.id, name: 'test' });
   return { workspaceId: ws.id, apiKey: key, keyId: apiKey.id };
+}
+
+export interface TestSession {
+  userId: string;
+  email: string;
+  password: string;
+  role: Role;
+  workspaceId: string;
+  sessionId: string;
+  /** The session token (`svc_ss_…`): pass it as `key` to `ts.api` for a bearer session. */
+  token: string;
+  /** `Cookie` header value carrying the session, for cookie-session requests. */
+  cookie: string;
+}
+
+/**
+ * A person signed in to `ws` with `role` (default `owner`): the user (created with a password,
+ * or found by email) joins the workspace and a session is opened through the same code the
+ * sign-in endpoint uses. Cookie requests that change state also need `origin: ts.url`.
+ */
+export async function createTestSession(
+  ts: TestServer,
+  ws: { workspaceId: string },
+  opts: { role?: Role; email?: string; password?: string } = {},
+): Promise<TestSession> {
+  const em = ts.server.deps.em();
+  const email = opts.email ?? `user-${randomBytes(4).toString('hex')}@example.com`;
+  const password = opts.password ?? `pw-${randomBytes(8).toString('hex')}`;
+  const role = opts.role ?? 'owner';
+  const svc = new WorkspacesService(em);
+  const user = await svc.ensureUser(email, password);
+  await svc.ensureMembership(ws.workspaceId, user.id, role);
+  const signedIn = await new IdentityService(em, ts.server.deps.identity).openSession(
+    user.id,
+    'password',
+    { ip: '127.0.0.1', userAgent: 'test-harness' },
+    ws.workspaceId,
+  );
+  return {
+    userId: user.id,
+    email,
+    password,
+    role,
+    workspaceId: ws.workspaceId,
+    sessionId: signedIn.session.id,
+    token: signedIn.token,
+    cookie: `${SESSION_COOKIE}=${signedIn.token}`,
+  };
 }
 
 export { type FakeOpenAI, type FakeOpenAIOptions, fakeOpenAIEnv, startFakeOpenAI };

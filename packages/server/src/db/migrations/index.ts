@@ -8,6 +8,7 @@ import { Migration20261121050000_apps } from './Migration20261121050000_apps.js'
 import { Migration20261121060001_autonomous_runs } from './Migration20261121060001_autonomous_runs.js';
 import { Migration20261122000000_insights } from './Migration20261122000000_insights.js';
 import { Migration20261122010000_artifacts } from './Migration20261122010000_artifacts.js';
+import { Migration20261123040000_sessions } from './Migration20261123040000_sessions.js';
 
 /**
  * Every migration, in order. Listed explicitly (not globbed) so the bundled server and the
@@ -23,4 +24,5 @@ export const migrationsList: MigrationObject[] = [
   { name: 'Migration20261121060001_autonomous_runs', class: Migration20261121060001_autonomous_runs },
   { name: 'Migration20261122000000_insights', class: Migration20261122000000_insights },
   { name: 'Migration20261122010000_artifacts', class: Migration20261122010000_artifacts },
+  { name: 'Migration20261123040000_sessions', class: Migration20261123040000_sessions },
 ];

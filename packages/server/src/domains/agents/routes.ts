@@ -1,11 +1,12 @@
 import express, { type Request, type Response, type Router } from 'express';
 import { z } from 'zod';
+import { API_KEY, authenticate } from '../../auth/authenticate.js';
 import type { ServerDeps } from '../../context.js';
 import { AppError, ErrorBodySchema, sendError, toAppError } from '../../http/errors.js';
+import { securityFor } from '../../http/openapi-security.js';
 import type { RawRouteModule } from '../../http/raw-routes.js';
 import { SseWriter } from '../../http/sse.js';
 import type { RunRecord } from '../../runs/index.js';
-import { authenticateApiKey } from '../../trpc.js';
 import { SendMessageInput } from './schema.js';
 import { type AgentDeps, AgentsService } from './service.js';
 
@@ -38,7 +39,7 @@ const handle =
   async (req: Request, res: Response) => {
     try {
       const em = deps.em();
-      const principal = await authenticateApiKey(req, em);
+      const principal = await authenticate(req, deps, em, API_KEY);
       await fn(req, res, new AgentsService(em, deps as AgentDeps, principal));
     } catch (err) {
       const e = toAppError(err);
@@ -81,7 +82,7 @@ export const agentRoutes: RawRouteModule = {
         tags: ['Managed agents'],
         summary: 'Send a message: streams the turn as server-sent JSON events (docs/agents.md)',
         operationId: 'agents-sendMessage',
-        security: [{ Authorization: [] }],
+        security: securityFor(API_KEY),
         requestParams: { path: z.object({ sessionId: z.string() }) },
         requestBody: { required: true, content: { 'application/json': { schema: SendMessageInput } } },
         responses: {
@@ -114,7 +115,7 @@ export const agentRoutes: RawRouteModule = {
         tags: ['Managed agents'],
         summary: 'Reconnect to a turn stream: replays events after `Last-Event-ID`, then tails',
         operationId: 'agents-streamRun',
-        security: [{ Authorization: [] }],
+        security: securityFor(API_KEY),
         requestParams: {
           path: z.object({ sessionId: z.string(), runId: z.string() }),
           header: z.object({ 'last-event-id': z.string().optional() }),

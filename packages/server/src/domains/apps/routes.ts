@@ -1,5 +1,5 @@
 import express, { type Request, type Response } from 'express';
-import { authenticateAppCaller } from '../../auth/widget-tokens.js';
+import { API_KEY_OR_WIDGET, authenticate } from '../../auth/authenticate.js';
 import type { ServerDeps } from '../../context.js';
 import {
   AppError,
@@ -9,9 +9,9 @@ import {
   toAppError,
   validationError,
 } from '../../http/errors.js';
+import { securityFor } from '../../http/openapi-security.js';
 import type { RawRouteModule } from '../../http/raw-routes.js';
 import { SseWriter } from '../../http/sse.js';
-import { authenticateApiKey } from '../../trpc.js';
 import { AppChatService } from './chat.js';
 import { appsCors } from './cors.js';
 import { ChatMessageInput, ChatStreamEventSchema } from './schema.js';
@@ -27,7 +27,7 @@ async function chatStream(deps: ServerDeps, req: Request, res: Response) {
   const em = deps.em();
   let sse: SseWriter | undefined;
   try {
-    const principal = await authenticateAppCaller(req, em, authenticateApiKey);
+    const principal = await authenticate(req, deps, em, API_KEY_OR_WIDGET);
     if (
       !req.is('application/json') ||
       typeof req.body !== 'object' ||
@@ -87,7 +87,7 @@ export const appsRawRoutes: RawRouteModule = {
         summary: 'Send a message to an app and stream the reply as server-sent events',
         description:
           'Each `data:` line carries one JSON event: `token` {content}, then `done` {threadId, turnId, contextWindow, metadata}, or `error` {code, message} (e.g. `MODEL_ERROR`; the user message is kept). Accepts a workspace API key or a widget token.',
-        security: [{ Authorization: [] }],
+        security: securityFor(API_KEY_OR_WIDGET),
         requestParams: { path: ChatMessageInput.pick({ appId: true }) },
         requestBody: {
           required: true,

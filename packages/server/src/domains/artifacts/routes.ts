@@ -1,9 +1,10 @@
 import type { Request, Response, Router } from 'express';
+import { API_KEY, authenticate } from '../../auth/authenticate.js';
 import type { ServerDeps } from '../../context.js';
 import { ErrorBodySchema, sendError, toAppError, validationError } from '../../http/errors.js';
 import { jsonReader, readJsonBody } from '../../http/json-body.js';
+import { securityFor } from '../../http/openapi-security.js';
 import type { RawRouteModule } from '../../http/raw-routes.js';
-import { authenticateApiKey } from '../../trpc.js';
 import { ArtifactRequestSchema, ArtifactResponseSchema, MAX_BODY_BYTES } from './schema.js';
 import { ArtifactsService, invalidInput } from './service.js';
 
@@ -26,7 +27,7 @@ export const artifactRoutes: RawRouteModule = {
       });
       try {
         const em = deps.em();
-        const principal = await authenticateApiKey(req, em);
+        const principal = await authenticate(req, deps, em, API_KEY);
         // Every refusal of the body is the spec's 400 INVALID_INPUT (413 and content type included).
         const { body: raw, error } = await readJsonBody(readBody, req, res);
         if (error) throw invalidInput(error.status === 413 ? OVERSIZED : error.message);
@@ -56,7 +57,7 @@ export const artifactRoutes: RawRouteModule = {
         description:
           'One structured-output model call (one repair call when the reply does not validate), credit-metered. The report follows spec 2.13; templates `insight-narrative-v1` (default) and `insight-brief-v1`. docs/artifacts.md.',
         operationId: 'artifacts-generate',
-        security: [{ Authorization: [] }],
+        security: securityFor(API_KEY),
         requestBody: { required: true, content: { 'application/json': { schema: ArtifactRequestSchema } } },
         responses: {
           '200': {

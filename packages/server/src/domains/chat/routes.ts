@@ -1,10 +1,12 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { z } from 'zod';
 import { bearerToken, isWellFormedApiKey } from '../../auth/api-keys.js';
+import { API_KEY } from '../../auth/authenticate.js';
 import type { Principal } from '../../auth/principal.js';
 import type { ServerDeps } from '../../context.js';
 import { AppError, sendError, toAppError } from '../../http/errors.js';
 import { jsonReader, readJsonBody } from '../../http/json-body.js';
+import { securityFor } from '../../http/openapi-security.js';
 import type { RawRouteModule } from '../../http/raw-routes.js';
 import { isAbortError } from '../../providers/openai-provider.js';
 import { ChatRequestSchema } from './schema.js';
@@ -135,7 +137,7 @@ export const chatRoutes: RawRouteModule = {
         summary: 'Chat completion streamed as plain text chunks',
         description:
           'Streams the reply as `text/event-stream` plain-text chunks (no JSON, no terminator); the full reply is the concatenation of all chunks. Token-metered against the workspace monthly quota; rate limited per workspace (`RateLimit-*` headers).',
-        security: [{ Authorization: [] }],
+        security: securityFor(API_KEY),
         requestBody: { required: true, content: { 'application/json': { schema: ChatRequestSchema } } },
         responses: {
           200: {

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { keyProcedure, router } from '../../trpc.js';
+import { keyOrSessionProcedure, router } from '../../trpc.js';
 import { importFromGitHost } from './githost.js';
 import {
   CreateFolderInput,
@@ -22,8 +22,11 @@ import { assertWorkspace, StorageService } from './service.js';
 const BASE = '/workspaces/{workspaceId}/storage';
 const tags = ['Storage'];
 
-/** Key auth, then `{workspaceId}` must be the key's workspace (401 `Unauthorized`) before any validation. */
-const storageProcedure = keyProcedure.use(async ({ ctx, getRawInput, next }) => {
+/**
+ * A key or a session (spec 5), then `{workspaceId}` must be the caller's workspace (401
+ * `Unauthorized`) before any validation.
+ */
+const storageProcedure = keyOrSessionProcedure.use(async ({ ctx, getRawInput, next }) => {
   const raw = (await getRawInput()) as { workspaceId?: unknown } | undefined;
   assertWorkspace(ctx.principal.workspaceId, raw?.workspaceId);
   return next({ ctx: { ...ctx, storage: new StorageService(ctx.em, ctx.deps.objects) } });

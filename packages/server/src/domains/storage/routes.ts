@@ -3,11 +3,12 @@ import { pipeline } from 'node:stream/promises';
 import busboy from 'busboy';
 import type { Request, Response, Router } from 'express';
 import { z } from 'zod';
+import { API_KEY_OR_SESSION, authenticate } from '../../auth/authenticate.js';
 import type { ServerDeps } from '../../context.js';
 import { AppError, badRequest, INVALID_REQUEST_BODY, sendError, toAppError } from '../../http/errors.js';
+import { securityFor } from '../../http/openapi-security.js';
 import type { RawRouteModule } from '../../http/raw-routes.js';
 import { LocalObjectStore, SIGNED_OBJECT_ROUTE } from '../../storage/local-store.js';
-import { authenticateApiKey } from '../../trpc.js';
 import type { StorageFileType } from './entities.js';
 import {
   fileTooLarge,
@@ -48,7 +49,7 @@ function fail(deps: ServerDeps, req: Request, res: Response, err: unknown) {
 
 async function authorize(req: Request, deps: ServerDeps) {
   const em = deps.em();
-  const principal = await authenticateApiKey(req, em);
+  const principal = await authenticate(req, deps, em, API_KEY_OR_SESSION);
   assertWorkspace(principal.workspaceId, req.params.workspaceId);
   return { principal, storage: new StorageService(em, deps.objects) };
 }
@@ -240,6 +241,7 @@ export const storageRoutes: RawRouteModule = {
     [`${SIGNED_OBJECT_ROUTE}/{key}`]: {
       get: {
         operationId: 'storage-signed-object',
+        security: [],
         tags: ['Storage'],
         summary: 'Download through a signed link of the embedded object store (the `presignedUrl` of a file)',
         description:
@@ -268,7 +270,7 @@ export const storageRoutes: RawRouteModule = {
         operationId: 'storage-content',
         tags: ['Storage'],
         summary: 'Read a file: the raw bytes with the stored MIME type, Content-Disposition inline',
-        security: [{ Authorization: [] }],
+        security: securityFor(API_KEY_OR_SESSION),
         requestParams: {
           path: z.object({ workspaceId: workspaceParam }),
           query: z.object({
@@ -293,7 +295,7 @@ export const storageRoutes: RawRouteModule = {
         summary: 'Import files, a folder or a zip (multipart, streamed)',
         description:
           'Fields `kind` (`folder` default, `zip`, `files`) and `pathPrefix` must precede the file parts. `file[]` parts carry relative paths as their filenames; `file` is the zip. An existing file at the same path is replaced.',
-        security: [{ Authorization: [] }],
+        security: securityFor(API_KEY_OR_SESSION),
         requestParams: { path: z.object({ workspaceId: workspaceParam }) },
         requestBody: {
           content: {

@@ -25,6 +25,7 @@ export const UserEntity = defineEntity({
   properties: {
     id: p.uuid().primary(),
     email: p.text(),
+    name: p.text().nullable(),
     passwordHash: p.text().nullable(),
     createdAt: p.datetime().onCreate(() => new Date()),
   },

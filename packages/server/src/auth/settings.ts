@@ -1,0 +1,111 @@
+import { ConfigError } from '../config.js';
+import { normalizeOrigin } from './widget-tokens.js';
+
+/** How sign-in, sessions, invitations and OIDC behave; read once at start (docs/identity.md). */
+export interface IdentitySettings {
+  /** `AUTH_SIGNUP_ENABLED`: anyone may create an account (and a workspace of their own). */
+  signupEnabled: boolean;
+  /** A session unused this long expires. */
+  sessionIdleSeconds: number;
+  /** A session expires this long after sign-in, used or not. */
+  sessionMaxAgeSeconds: number;
+  /** Origins (besides `PUBLIC_BASE_URL`'s) a cookie-authenticated state-changing request may come from. */
+  trustedOrigins: string[];
+  signIn: {
+    /** Failed attempts per account (email) per window before 429. */
+    maxFailuresPerAccount: number;
+    /** Failed attempts per client address per window before 429. */
+    maxFailuresPerAddress: number;
+    windowSeconds: number;
+  };
+  invitationTtlSeconds: number;
+  oidc: OidcSettings | undefined;
+}
+
+export interface OidcSettings {
+  issuer: string;
+  clientId: string;
+  clientSecret: string | undefined;
+  /** Lower-case email domains allowed to sign in through OIDC; empty = any. */
+  allowedDomains: string[];
+  scopes: string;
+  /** The callback URL registered with the provider; derived from the public origin when unset. */
+  redirectUri: string | undefined;
+}
+
+const DAY = 86_400;
+
+function int(env: Record<string, string | undefined>, name: string, fallback: number, min = 1): number {
+  const v = env[name];
+  if (v === undefined || v.trim() === '') return fallback;
+  const n = Number(v);
+  if (!Number.isSafeInteger(n) || n < min) throw new ConfigError(`${name} must be an integer >= ${min}`);
+  return n;
+}
+
+function bool(env: Record<string, string | undefined>, name: string): boolean {
+  const v = (env[name] ?? '').trim().toLowerCase();
+  if (v === '' || v === 'false' || v === '0') return false;
+  if (v === 'true' || v === '1') return true;
+  throw new ConfigError(`${name} must be true or false`);
+}
+
+const list = (v: string | undefined) =>
+  (v ?? '')
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
+
+function oidcSettings(env: Record<string, string | undefined>): OidcSettings | undefined {
+  const issuer = env.OIDC_ISSUER?.trim();
+  if (!issuer) return undefined;
+  const clientId = env.OIDC_CLIENT_ID?.trim();
+  if (!clientId) throw new ConfigError('OIDC_CLIENT_ID is required when OIDC_ISSUER is set');
+  try {
+    new URL(issuer);
+  } catch {
+    throw new ConfigError('OIDC_ISSUER must be a URL');
+  }
+  const redirectUri = env.OIDC_REDIRECT_URI?.trim() || undefined;
+  if (redirectUri) {
+    try {
+      new URL(redirectUri);
+    } catch {
+      throw new ConfigError('OIDC_REDIRECT_URI must be a URL');
+    }
+  }
+  return {
+    issuer,
+    clientId,
+    clientSecret: env.OIDC_CLIENT_SECRET?.trim() || undefined,
+    allowedDomains: list(env.OIDC_ALLOWED_DOMAINS).map((d) => d.toLowerCase().replace(/^@/, '')),
+    scopes: env.OIDC_SCOPES?.trim() || 'openid email profile',
+    redirectUri,
+  };
+}
+
+export function identitySettingsFromEnv(env: Record<string, string | undefined>): IdentitySettings {
+  const trustedOrigins = list(env.AUTH_TRUSTED_ORIGINS).map((o) => {
+    const origin = normalizeOrigin(o);
+    if (!origin)
+      throw new ConfigError(`AUTH_TRUSTED_ORIGINS: "${o}" is not an origin (scheme://host[:port])`);
+    return origin;
+  });
+  const sessionMaxAgeSeconds = int(env, 'AUTH_SESSION_MAX_AGE_SECONDS', 30 * DAY, 60);
+  return {
+    signupEnabled: bool(env, 'AUTH_SIGNUP_ENABLED'),
+    sessionIdleSeconds: Math.min(
+      sessionMaxAgeSeconds,
+      int(env, 'AUTH_SESSION_IDLE_TIMEOUT_SECONDS', 7 * DAY, 60),
+    ),
+    sessionMaxAgeSeconds,
+    trustedOrigins,
+    signIn: {
+      maxFailuresPerAccount: int(env, 'AUTH_SIGNIN_MAX_FAILURES_PER_ACCOUNT', 10),
+      maxFailuresPerAddress: int(env, 'AUTH_SIGNIN_MAX_FAILURES_PER_ADDRESS', 100),
+      windowSeconds: int(env, 'AUTH_SIGNIN_WINDOW_SECONDS', 900),
+    },
+    invitationTtlSeconds: int(env, 'AUTH_INVITATION_TTL_SECONDS', 7 * DAY, 60),
+    oidc: oidcSettings(env),
+  };
+}

@@ -1,0 +1,143 @@
+import { z } from 'zod';
+import { sessionCredential } from '../../auth/authenticate.js';
+import { clearSessionCookie, setSessionCookie } from '../../auth/cookies.js';
+import { publicProcedure, type RequestContext, router, signedInProcedure } from '../../trpc.js';
+import {
+  AuthSessionSchema,
+  SessionListItemSchema,
+  SignedInSchema,
+  SignInInput,
+  SwitchWorkspaceInput,
+} from './schema.js';
+import { type ClientInfo, IdentityService } from './service.js';
+
+const tags = ['Auth'];
+
+const service = (ctx: RequestContext) => new IdentityService(ctx.em, ctx.deps.identity);
+
+export const clientInfo = (ctx: RequestContext): ClientInfo => ({
+  ip: ctx.req.ip ?? null,
+  userAgent: ctx.req.headers['user-agent'] ?? null,
+  previousToken: sessionCredential(ctx.req)?.token,
+});
+
+/** Sets the cookie of a session just opened or rotated and hands the body back. */
+export function withCookie<T extends { token: string; session: { expiresAt: string } }>(
+  ctx: RequestContext,
+  body: T,
+): T {
+  setSessionCookie(ctx.req, ctx.res, ctx.deps, body.token, new Date(body.session.expiresAt));
+  return body;
+}
+
+export const identityRouter = router({
+  signIn: publicProcedure
+    .meta({
+      openapi: {
+        method: 'POST',
+        path: '/auth/sign-in',
+        tags,
+        summary: 'Sign in with email and password',
+        description:
+          'Opens a session: the token in the body is for `Authorization: Bearer …`; browsers also get it as an HTTP-only `SameSite=Lax` cookie. An unknown email and a wrong password both answer 401 `Invalid email or password`. A session the request carried is revoked.',
+        errorResponses: {
+          400: 'Validation error',
+          401: 'Invalid email or password',
+          403: 'Access denied to workspace (workspaceId is not one of the user’s)',
+          429: 'Too many failed sign-ins for this account or address (Retry-After)',
+        },
+      },
+    })
+    .input(SignInInput)
+    .output(SignedInSchema)
+    .mutation(async ({ ctx, input }) =>
+      withCookie(ctx, await service(ctx).signInWithPassword(input, clientInfo(ctx))),
+    ),
+
+  signOut: signedInProcedure
+    .meta({
+      openapi: {
+        method: 'POST',
+        path: '/auth/sign-out',
+        tags,
+        protect: true,
+        summary: 'Sign out: revoke this session and clear its cookie',
+        errorResponses: { 401: 'Authentication required' },
+      },
+    })
+    .input(z.void())
+    .output(z.object({ signedOut: z.literal(true) }))
+    .mutation(async ({ ctx }) => {
+      await service(ctx).signOut(ctx.session);
+      clearSessionCookie(ctx.req, ctx.res, ctx.deps);
+      return { signedOut: true as const };
+    }),
+
+  session: signedInProcedure
+    .meta({
+      openapi: {
+        method: 'GET',
+        path: '/auth/session',
+        tags,
+        protect: true,
+        summary: 'The session of this request: user, workspace and role, expiry',
+        errorResponses: { 401: 'Authentication required' },
+      },
+    })
+    .input(z.void())
+    .output(AuthSessionSchema)
+    .query(({ ctx }) => service(ctx).describe(ctx.session)),
+
+  switchWorkspace: signedInProcedure
+    .meta({
+      openapi: {
+        method: 'POST',
+        path: '/auth/workspace',
+        tags,
+        protect: true,
+        summary: 'Act in another of your workspaces',
+        description:
+          'A session acts in one workspace at a time. Switching rotates the token: the one sent with this request stops working; use the one in the body (the cookie is replaced).',
+        errorResponses: { 401: 'Authentication required', 403: 'Access denied to workspace' },
+      },
+    })
+    .input(SwitchWorkspaceInput)
+    .output(SignedInSchema)
+    .mutation(async ({ ctx, input }) =>
+      withCookie(ctx, await service(ctx).switchWorkspace(ctx.session, input.workspaceId)),
+    ),
+
+  listSessions: signedInProcedure
+    .meta({
+      openapi: {
+        method: 'GET',
+        path: '/auth/sessions',
+        tags,
+        protect: true,
+        summary: 'Your live sessions',
+        errorResponses: { 401: 'Authentication required' },
+      },
+    })
+    .input(z.void())
+    .output(z.object({ sessions: z.array(SessionListItemSchema) }))
+    .query(async ({ ctx }) => ({ sessions: await service(ctx).listSessions(ctx.session) })),
+
+  revokeSession: signedInProcedure
+    .meta({
+      openapi: {
+        method: 'DELETE',
+        path: '/auth/sessions/{sessionId}',
+        tags,
+        protect: true,
+        summary: 'Revoke one of your sessions',
+        errorResponses: { 401: 'Authentication required', 404: 'Session not found' },
+      },
+    })
+    .input(z.object({ sessionId: z.string() }))
+    .output(z.object({ revoked: z.literal(true), sessionId: z.string() }))
+    .mutation(async ({ ctx, input }) => {
+      const { current } = await service(ctx).revokeOwnSession(ctx.session, input.sessionId);
+      if (current) clearSessionCookie(ctx.req, ctx.res, ctx.deps);
+      return { revoked: true as const, sessionId: input.sessionId };
+    }),
+});
