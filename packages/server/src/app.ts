@@ -24,12 +24,25 @@ export function createApp(deps: ServerDeps): Express {
     res.json({ status: 'ok' });
   });
   app.get('/readyz', async (_req, res) => {
-    try {
-      await deps.em().execute('select 1');
-      res.json({ status: 'ready', database: deps.db.kind });
-    } catch {
-      res.status(503).json({ error: 'Service temporarily unavailable' });
+    const [database, objectStore] = await Promise.all([
+      deps
+        .em()
+        .execute('select 1')
+        .then(
+          () => null,
+          () => 'database unreachable',
+        ),
+      deps.objects.check().then(
+        () => null,
+        (err: Error) => err.message,
+      ),
+    ]);
+    if (database || objectStore) {
+      const details = { ...(database ? { database } : {}), ...(objectStore ? { objectStore } : {}) };
+      res.status(503).json({ error: 'Service temporarily unavailable', details });
+      return;
     }
+    res.json({ status: 'ready', database: deps.db.kind, objectStore: deps.objects.kind });
   });
 
   let doc: ReturnType<typeof buildOpenApiDocument> | undefined;

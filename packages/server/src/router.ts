@@ -3,6 +3,7 @@ import { appsRouter } from './domains/apps/router.js';
 import { catalogsRouter } from './domains/catalogs/router.js';
 import { identityRouter } from './domains/identity/router.js';
 import { insightsRouter } from './domains/insights/router.js';
+import { modelsRouter } from './domains/models/router.js';
 import { runsRouter } from './domains/runs/router.js';
 import { storageRouter } from './domains/storage/router.js';
 import { widgetTokensRouter } from './domains/widget-tokens/router.js';
@@ -20,6 +21,7 @@ export const appRouter = router({
   widgetTokens: widgetTokensRouter,
   runs: runsRouter,
   insights: insightsRouter,
+  models: modelsRouter,
 });
 
 export type AppRouter = typeof appRouter;

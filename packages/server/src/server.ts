@@ -84,6 +84,14 @@ export async function createServer(opts: CreateServerOptions = {}): Promise<AiSu
   // Signed links of the embedded store point at PUBLIC_BASE_URL, else at the listening address.
   let listeningUrl = `http://127.0.0.1:${config.port}`;
   const objects = createObjectStore(config, () => config.publicBaseUrl ?? listeningUrl);
+  try {
+    // A missing bucket or refused credentials stop the start with the reason, rather than
+    // surfacing as a 500 at the first upload.
+    await objects.check();
+  } catch (err) {
+    await db.close();
+    throw err;
+  }
   const runs = createRunEngine({ config, log, em });
   const poolMetering = ai.metering.using(db.sql, { batchUsage: true });
   const deps: ServerDeps = { config, db, log, em, identity, ...ai, poolMetering, objects, runs };

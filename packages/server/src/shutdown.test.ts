@@ -35,7 +35,7 @@ describe('the server process', () => {
       const health = await fetch(`${url}/healthz`);
       expect(health.status).toBe(200);
       const ready = await fetch(`${url}/readyz`);
-      expect(await ready.json()).toEqual({ status: 'ready', database: 'embedded' });
+      expect(await ready.json()).toEqual({ status: 'ready', database: 'embedded', objectStore: 'local' });
       const lock = JSON.parse(fs.readFileSync(path.join(dataDir, LOCK_FILE), 'utf8')) as { pid: number };
       expect(lock.pid).toBe(child.pid);
 

@@ -32,11 +32,37 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
  * A loopback HTTP server answering with `handler`: callback receivers for custom tools,
  * web pages for web_fetch, and the fake search providers are built on it.
  */
+export interface HttpFixtureOptions {
+  /**
+   * Behave like receivers that read exactly `Content-Length` bytes (Python's `http.server`,
+   * many webhook frameworks): a request with a body but no `Content-Length` (chunked) is
+   * answered 411 and recorded with an empty body.
+   */
+  requireContentLength?: boolean;
+}
+
 export async function startHttpFixture(
   handler: (req: RecordedHttpRequest) => HttpReply | Promise<HttpReply>,
+  opts: HttpFixtureOptions = {},
 ): Promise<HttpFixture> {
   const requests: RecordedHttpRequest[] = [];
   const server = http.createServer(async (req, res) => {
+    if (
+      opts.requireContentLength &&
+      req.headers['content-length'] === undefined &&
+      req.headers['transfer-encoding']
+    ) {
+      req.resume();
+      requests.push({
+        method: req.method ?? 'GET',
+        path: req.url ?? '/',
+        headers: req.headers,
+        rawBody: '',
+        body: undefined,
+      });
+      res.writeHead(411, { 'content-type': 'text/plain' }).end('Length Required');
+      return;
+    }
     const chunks: Buffer[] = [];
     for await (const c of req) chunks.push(c as Buffer);
     const rawBody = Buffer.concat(chunks).toString('utf8');

@@ -57,13 +57,21 @@ const json = <T>(r: CliResult): T => {
 };
 const me = (key: string) => fetch(`${target.url}/api/v1/me`, { headers: { authorization: `Bearer ${key}` } });
 
+/** stderr without the line naming the database (every command that opens one prints it first). */
+const withoutDatabaseLine = (stderr: string) =>
+  stderr
+    .split('\n')
+    .filter((l) => !l.startsWith('Database: ') && !l.startsWith('{"database":'))
+    .join('\n');
+
 /** A clear one-line message, never a stack trace. */
 function expectOneLineError(r: CliResult, code: number, message: string | RegExp) {
   expect(r.code, r.stderr).toBe(code);
   expect(r.stdout).toBe('');
-  expect(r.stderr.trimEnd().split('\n')).toHaveLength(1);
-  expect(r.stderr).not.toMatch(/\n\s+at /);
-  expect(r.stderr.trimEnd()).toMatch(message);
+  const stderr = withoutDatabaseLine(r.stderr);
+  expect(stderr.trimEnd().split('\n')).toHaveLength(1);
+  expect(stderr).not.toMatch(/\n\s+at /);
+  expect(stderr.trimEnd()).toMatch(message);
 }
 
 interface WorkspaceJson {
@@ -247,7 +255,9 @@ describe(`operator CLI round trips (${onServer ? 'PostgreSQL server' : 'embedded
       expectOneLineError(missing, 1, 'error: Workspace not found: No Such Co');
       expectOneLineError(badKey, 1, 'error: API key not found');
       expectOneLineError(member, 1, 'error: User not found: nobody@example.test');
-      expect(JSON.parse(jsonErr.stderr)).toEqual({ error: 'Workspace "Cli Corp" already exists' });
+      expect(JSON.parse(withoutDatabaseLine(jsonErr.stderr))).toEqual({
+        error: 'Workspace "Cli Corp" already exists',
+      });
     },
     SLOW,
   );
@@ -271,6 +281,49 @@ describe(`operator CLI round trips (${onServer ? 'PostgreSQL server' : 'embedded
       expectOneLineError(unknown, 2, /unknown command 'frobnicate'/);
       expectOneLineError(missingArg, 2, /missing required argument 'keyId'/);
       expectOneLineError(config, 2, /Invalid configuration: LOG_LEVEL/);
+    },
+    SLOW,
+  );
+});
+
+describe('operator CLI: which database', () => {
+  it(
+    'says on stderr which database it uses',
+    async () => {
+      const r = await cli('workspace', 'list');
+      expect(r.code, r.stderr).toBe(0);
+      expect(r.stderr.split('\n')[0]).toBe(
+        onServer
+          ? `Database: PostgreSQL server ${new URL(target.cliEnv.DATABASE_URL as string).username}@127.0.0.1:5432${new URL(target.cliEnv.DATABASE_URL as string).pathname} (DATABASE_URL)`
+          : `Database: embedded, in ${dataDir} (DATA_DIR), through the running server (pid ${process.pid})`,
+      );
+      const j = await cli('workspace', 'list', '--json');
+      expect(JSON.parse(j.stderr.split('\n')[0] as string)).toEqual({
+        database: expect.stringMatching(/^Database: /),
+      });
+      expect(JSON.parse(j.stdout)).toHaveProperty('workspaces');
+    },
+    SLOW,
+  );
+
+  it(
+    'warns when it finds an empty embedded database it has just created (another DATA_DIR than the server)',
+    async () => {
+      const elsewhere = fs.mkdtempSync(path.join(os.tmpdir(), 'aisuite-cli-new-'));
+      try {
+        const first = await runCliProcess(['workspace', 'list'], { DATA_DIR: elsewhere });
+        expect(first.code, first.stderr).toBe(0);
+        expect(first.stdout).toBe('No workspaces.\n');
+        expect(first.stderr).toBe(
+          `Database: embedded, in ${elsewhere} (DATA_DIR)\n` +
+            `warning: ${elsewhere} held no database: this command created a new, empty one. If your server runs with another DATA_DIR (or DATABASE_URL), run the CLI with the same setting.\n`,
+        );
+        // Opened again, the database is no longer new: no warning.
+        const again = await runCliProcess(['workspace', 'list'], { DATA_DIR: elsewhere });
+        expect(again.stderr).toBe(`Database: embedded, in ${elsewhere} (DATA_DIR)\n`);
+      } finally {
+        fs.rmSync(elsewhere, { recursive: true, force: true });
+      }
     },
     SLOW,
   );

@@ -1,3 +1,4 @@
+import fs from 'node:fs';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
 import { ConfigError, loadConfig } from '../config.js';
@@ -9,12 +10,19 @@ import { AppError, notFound } from '../http/errors.js';
 
 /** The database layer loads lazily: usage errors and --help answer without loading the ORM. */
 const loadDb = async () => {
-  const [orm, service, entities] = await Promise.all([
+  const [orm, embedded, service, entities] = await Promise.all([
     import('../db/orm.js'),
+    import('../db/embedded.js'),
     import('../domains/workspaces/service.js'),
     import('../domains/workspaces/entities.js'),
   ]);
-  return { ...orm, ...service, ...entities };
+  return {
+    ...orm,
+    embeddedPgDir: embedded.embeddedPgDir,
+    lockHolder: embedded.lockHolder,
+    ...service,
+    ...entities,
+  };
 };
 type DbModules = Awaited<ReturnType<typeof loadDb>>;
 
@@ -107,23 +115,46 @@ export function buildProgram(io: CliIo, json: boolean): Command {
     .exitOverride()
     .helpCommand(true);
 
-  /** Opens the database, runs `fn`, prints its result, closes the database. */
+  /** A note on stderr: plain text, or one JSON line with `--json` (stdout stays the result). */
+  const note = (kind: 'database' | 'warning', text: string) =>
+    io.stderr(
+      json ? `${JSON.stringify({ [kind]: text })}\n` : `${kind === 'warning' ? 'warning: ' : ''}${text}\n`,
+    );
+
+  /**
+   * Opens the database, runs `fn`, prints its result, closes the database. Says on stderr
+   * which database it is, and warns when the command created an empty embedded database: the
+   * usual sign of a CLI run with another DATA_DIR than the server's.
+   */
   const run =
     <A extends unknown[]>(fn: (ctx: Ctx, ...args: A) => Promise<{ human: string; json: unknown }>) =>
     async (...args: A) => {
       const config = loadConfig(io.env);
       const m = await loadDb();
+      const created = !config.databaseUrl && !fs.existsSync(m.embeddedPgDir(config.dataDir));
       const db = await m.openDatabase({
         databaseUrl: config.databaseUrl,
         dataDir: config.dataDir,
         poolMax: 2,
         as: 'cli',
       });
+      note('database', describeDatabase(config, db, m.lockHolder));
       try {
         const em = db.orm.em.fork() as unknown as EntityManager;
         const out = await fn({ db, em, svc: new m.WorkspacesService(em), m }, ...args);
         io.stdout(json ? `${JSON.stringify(out.json, null, 2)}\n` : `${out.human}\n`);
       } finally {
+        if (
+          created &&
+          (await new m.WorkspacesService(db.orm.em.fork() as unknown as EntityManager).listWorkspaces())
+            .length === 0
+        ) {
+          note(
+            'warning',
+            `${config.dataDir} held no database: this command created a new, empty one. If your server ` +
+              'runs with another DATA_DIR (or DATABASE_URL), run the CLI with the same setting.',
+          );
+        }
         await db.close();
       }
     };
@@ -382,6 +413,23 @@ export function buildProgram(io: CliIo, json: boolean): Command {
     );
 
   return program;
+}
+
+/** Which database a command works on, for the operator (never a password). */
+function describeDatabase(
+  config: { databaseUrl?: string; dataDir: string },
+  db: Database,
+  lockHolder: (dataDir: string) => { pid: number } | undefined,
+): string {
+  if (config.databaseUrl) {
+    const u = new URL(config.databaseUrl);
+    const who = u.username ? `${decodeURIComponent(u.username)}@` : '';
+    return `Database: PostgreSQL server ${who}${u.hostname}${u.port ? `:${u.port}` : ''}${u.pathname} (DATABASE_URL)`;
+  }
+  const via = db.attached
+    ? `, through the running server (pid ${lockHolder(config.dataDir)?.pid ?? 'unknown'})`
+    : '';
+  return `Database: embedded, in ${config.dataDir} (DATA_DIR)${via}`;
 }
 
 /** One line for the operator, whatever went wrong. */

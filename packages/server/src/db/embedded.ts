@@ -134,6 +134,9 @@ function acquireLock(dataDir: string, info: LockInfo): () => void {
   throw new Error(`Could not lock the embedded database in ${dataDir}`);
 }
 
+/** The Postgres files of an embedded database under `dataDir` (absent until its first start). */
+export const embeddedPgDir = (dataDir: string) => path.join(dataDir, 'pgdata');
+
 export interface StartEmbeddedOptions {
   /** Directory of the data files; omit for an in-memory database (tests). */
   dataDir?: string;
@@ -149,7 +152,7 @@ export async function startEmbeddedPostgres(opts: StartEmbeddedOptions): Promise
   let pgDir: string | undefined;
   if (opts.dataDir) {
     fs.mkdirSync(opts.dataDir, { recursive: true });
-    pgDir = path.join(opts.dataDir, 'pgdata');
+    pgDir = embeddedPgDir(opts.dataDir);
   }
   const { dir: socketDir, temporary: socketDirIsTemp } = pickSocketDir(opts.dataDir);
   if (opts.dataDir) {

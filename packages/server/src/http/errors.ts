@@ -54,6 +54,18 @@ const ZOD_DEFAULT_MESSAGE =
 interface IssueLike {
   path: readonly PropertyKey[];
   message: string;
+  /** zod's issue code; `unrecognized_keys` carries the offending `keys`. */
+  code?: string;
+  keys?: readonly string[];
+}
+
+/** One issue per unknown key, its path ending with the key, so the caller sees where it is. */
+function expandUnknownKeys(issues: readonly IssueLike[]): IssueLike[] {
+  return issues.flatMap((i) =>
+    i.code === 'unrecognized_keys' && i.keys?.length
+      ? i.keys.map((k) => ({ path: [...i.path, k], message: 'Unknown key', code: i.code }))
+      : [i],
+  );
 }
 
 /**
@@ -61,10 +73,12 @@ interface IssueLike {
  * `<path>: <zod message>` otherwise, with every issue listed under `details.issues`. Code
  * `VALIDATION_ERROR` unless the endpoint's spec names another (artifacts: `INVALID_INPUT`).
  */
-export function validationError(issues: readonly IssueLike[], code = 'VALIDATION_ERROR'): AppError {
+export function validationError(rawIssues: readonly IssueLike[], code = 'VALIDATION_ERROR'): AppError {
+  const issues = expandUnknownKeys(rawIssues);
   const first = issues[0];
   const render = (i: IssueLike) => {
     const p = i.path.map(String).join('.');
+    if (i.code === 'unrecognized_keys') return `Unknown key: ${p}`;
     return ZOD_DEFAULT_MESSAGE.test(i.message) && p ? `${p}: ${i.message}` : i.message;
   };
   return new AppError(400, first ? render(first) : INVALID_REQUEST_BODY, code, {

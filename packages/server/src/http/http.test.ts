@@ -79,6 +79,7 @@ describe('probes and reference', () => {
     expect(await ready.json()).toEqual({
       status: 'ready',
       database: process.env.DATABASE_URL ? 'server' : 'embedded',
+      objectStore: 'local',
     });
   });
 

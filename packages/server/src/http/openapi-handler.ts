@@ -12,7 +12,7 @@ function fromTrpcError(err: TRPCError): AppError {
   const cause = err.cause as unknown;
   if (cause instanceof AppError) return cause;
   if (cause && (cause as Error).name === 'ZodError') {
-    return validationError((cause as { issues: { path: PropertyKey[]; message: string }[] }).issues);
+    return validationError((cause as { issues: Parameters<typeof validationError>[0] }).issues);
   }
   switch (err.code) {
     case 'NOT_FOUND':

@@ -1,19 +1,18 @@
 import { z } from 'zod';
 
-const LIMIT_MESSAGE = 'limit must be a number between 1 and 100';
-const OFFSET_MESSAGE = 'offset must be a non-negative number';
+/**
+ * A page number of a list endpoint from the query string: not a number is 400; out of range
+ * is clamped, as the spec's lists say ("capped at", "clamped to"), never refused.
+ */
+const clampedInt = (field: string, min: number, max: number, fallback: number) =>
+  z.coerce
+    .number({ error: `${field} must be a number` })
+    .refine(Number.isFinite, `${field} must be a number`)
+    .transform((n) => Math.min(max, Math.max(min, Math.trunc(n))))
+    .default(fallback);
 
-/** `limit` of a list endpoint: 1–100 from the query string, default 25. */
-export const PageLimit = z.coerce
-  .number({ error: LIMIT_MESSAGE })
-  .int(LIMIT_MESSAGE)
-  .min(1, LIMIT_MESSAGE)
-  .max(100, LIMIT_MESSAGE)
-  .default(25);
+/** `limit` of the sessions and runs lists: default 25, clamped to 1..100. */
+export const PageLimit = clampedInt('limit', 1, 100, 25);
 
-/** `offset` of a list endpoint: ≥ 0 from the query string, default 0. */
-export const PageOffset = z.coerce
-  .number({ error: OFFSET_MESSAGE })
-  .int(OFFSET_MESSAGE)
-  .min(0, OFFSET_MESSAGE)
-  .default(0);
+/** `offset` of a list endpoint: default 0; a negative value counts as 0. */
+export const PageOffset = clampedInt('offset', 0, Number.MAX_SAFE_INTEGER, 0);

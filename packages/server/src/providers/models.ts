@@ -83,7 +83,14 @@ export class StaticModelCatalog implements ModelCatalog {
   resolve(kind: ModelKind, id?: string | null): ModelInfo {
     if (id !== undefined && id !== null && id !== '') {
       const m = this.byId.get(id);
-      if (!m || m.kind !== kind || !m.active) throw badRequest(INVALID_MODEL);
+      if (!m || m.kind !== kind || !m.active) {
+        // The valid ids are no secret (GET /models lists them): say them, no guessing game.
+        throw badRequest(INVALID_MODEL, 'INVALID_MODEL', {
+          model: id,
+          kind,
+          validModels: this.list(kind).map((v) => v.id),
+        });
+      }
       return m;
     }
     const def = this.defaults.get(kind);

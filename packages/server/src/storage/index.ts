@@ -27,6 +27,7 @@ export function createObjectStore(config: Config, baseUrl: () => string): Object
       secretAccessKey: opt(env.S3_SECRET_ACCESS_KEY),
       forcePathStyle: truthy(env.S3_FORCE_PATH_STYLE),
       prefix: opt(env.S3_KEY_PREFIX),
+      publicEndpoint: opt(env.S3_PUBLIC_ENDPOINT),
     });
   }
   if (!config.signingSecret) throw new Error('createObjectStore needs the signing secret');

@@ -9,6 +9,7 @@ import {
   type ObjectBody,
   type ObjectInfo,
   type ObjectStore,
+  ObjectStoreUnavailableError,
   PRESIGN_TTL_SECONDS,
   type PresignOptions,
   type PutOptions,
@@ -131,6 +132,17 @@ export class LocalObjectStore implements ObjectStore {
     const expected = Buffer.from(this.sign(p));
     const given = Buffer.from(sig);
     return expected.length === given.length && timingSafeEqual(expected, given);
+  }
+
+  async check(): Promise<void> {
+    try {
+      await fsp.mkdir(this.root, { recursive: true });
+      await fsp.access(this.root, fs.constants.W_OK);
+    } catch (err) {
+      throw new ObjectStoreUnavailableError(
+        `Object directory ${this.root} is not writable: ${(err as Error).message}`,
+      );
+    }
   }
 
   setBaseUrl(resolver: () => string): void {

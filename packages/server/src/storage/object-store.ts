@@ -46,6 +46,16 @@ export interface ObjectStore {
   delete(key: string): Promise<void>;
   /** A GET URL anyone holding it may use until it expires. */
   presign(key: string, opts?: PresignOptions): Promise<string>;
+  /**
+   * Throws `ObjectStoreUnavailableError` with an operator-readable reason when the store
+   * cannot be used (missing bucket, refused credentials, unreachable endpoint, unwritable
+   * directory). Run at start and by `/readyz`.
+   */
+  check(): Promise<void>;
+}
+
+export class ObjectStoreUnavailableError extends Error {
+  override name = 'ObjectStoreUnavailableError';
 }
 
 /** Object keys: letters, digits and `/._-`, no `..` segment, no leading slash. */

@@ -2,6 +2,7 @@ import type { Readable } from 'node:stream';
 import {
   DeleteObjectCommand,
   GetObjectCommand,
+  HeadBucketCommand,
   HeadObjectCommand,
   PutObjectCommand,
   S3Client,
@@ -14,6 +15,7 @@ import {
   type ObjectBody,
   type ObjectInfo,
   type ObjectStore,
+  ObjectStoreUnavailableError,
   PRESIGN_TTL_SECONDS,
   type PresignOptions,
   type PutOptions,
@@ -28,7 +30,15 @@ export interface S3StoreOptions {
   forcePathStyle?: boolean;
   /** Prepended to every key (several deployments sharing one bucket). */
   prefix?: string;
+  /**
+   * The endpoint clients reach for presigned URLs, when it differs from `endpoint` (the
+   * service talks to `http://minio:9000`, browsers to `https://files.example.com`). The
+   * signature covers the host, so links are signed for this endpoint, not rewritten.
+   */
+  publicEndpoint?: string;
 }
+
+const CHECK_TIMEOUT_MS = 5_000;
 
 const isNotFound = (err: unknown) => {
   const e = err as { name?: string; $metadata?: { httpStatusCode?: number } };
@@ -45,21 +55,51 @@ const encodeFilename = (name: string) =>
 export class S3ObjectStore implements ObjectStore {
   readonly kind = 's3' as const;
   readonly client: S3Client;
+  /** Signs presigned URLs: the same client, or one on `publicEndpoint`. */
+  private readonly presigner: S3Client;
   private readonly bucket: string;
   private readonly prefix: string;
+  private readonly endpoint: string;
 
   constructor(opts: S3StoreOptions) {
     this.bucket = opts.bucket;
     this.prefix = opts.prefix ?? '';
-    this.client = new S3Client({
-      region: opts.region ?? 'us-east-1',
-      endpoint: opts.endpoint,
-      forcePathStyle: opts.forcePathStyle ?? false,
-      credentials:
-        opts.accessKeyId && opts.secretAccessKey
-          ? { accessKeyId: opts.accessKeyId, secretAccessKey: opts.secretAccessKey }
-          : undefined,
-    });
+    this.endpoint = opts.endpoint ?? 'AWS S3';
+    const client = (endpoint: string | undefined) =>
+      new S3Client({
+        region: opts.region ?? 'us-east-1',
+        endpoint,
+        forcePathStyle: opts.forcePathStyle ?? false,
+        credentials:
+          opts.accessKeyId && opts.secretAccessKey
+            ? { accessKeyId: opts.accessKeyId, secretAccessKey: opts.secretAccessKey }
+            : undefined,
+      });
+    this.client = client(opts.endpoint);
+    this.presigner = opts.publicEndpoint ? client(opts.publicEndpoint) : this.client;
+  }
+
+  async check(): Promise<void> {
+    try {
+      await this.client.send(new HeadBucketCommand({ Bucket: this.bucket }), {
+        abortSignal: AbortSignal.timeout(CHECK_TIMEOUT_MS),
+      });
+    } catch (err) {
+      const e = err as { name?: string; message?: string; $metadata?: { httpStatusCode?: number } };
+      const status = e.$metadata?.httpStatusCode;
+      const bucket = `S3 bucket "${this.bucket}" at ${this.endpoint}`;
+      if (status === 404 || e.name === 'NotFound' || e.name === 'NoSuchBucket') {
+        throw new ObjectStoreUnavailableError(`${bucket} does not exist (S3_BUCKET)`);
+      }
+      if (status === 403 || status === 401) {
+        throw new ObjectStoreUnavailableError(
+          `${bucket} refused access (HTTP ${status}): check S3_ACCESS_KEY_ID, S3_SECRET_ACCESS_KEY and the bucket policy`,
+        );
+      }
+      const reason =
+        e.name === 'TimeoutError' || e.name === 'AbortError' ? 'no answer within 5 s' : e.message;
+      throw new ObjectStoreUnavailableError(`${bucket} is unreachable: ${reason ?? e.name}`);
+    }
   }
 
   private k(key: string): string {
@@ -127,7 +167,7 @@ export class S3ObjectStore implements ObjectStore {
 
   async presign(key: string, opts: PresignOptions = {}): Promise<string> {
     return getSignedUrl(
-      this.client,
+      this.presigner,
       new GetObjectCommand({
         Bucket: this.bucket,
         Key: this.k(key),

@@ -3,6 +3,7 @@ import dns from 'node:dns';
 import http from 'node:http';
 import https from 'node:https';
 import net from 'node:net';
+import { badRequest } from '../../http/errors.js';
 
 /**
  * Outbound HTTP for tools (web_fetch, callbacks, MCP): refuses loopback, private, link-local,
@@ -111,6 +112,36 @@ export async function assertUrlAllowed(url: URL, policy: OutboundPolicy): Promis
   }
 }
 
+/**
+ * Refuses, as 400 naming `field`, a URL the service will later call (webhook, callback, MCP
+ * server) when the guard would block it: found at create/update, not silently at call time.
+ * A host that does not resolve is refused only with `unresolvable: 'refuse'`; otherwise it
+ * is accepted (DNS may change; the call reports it).
+ */
+export async function assertOutboundUrlAccepted(
+  raw: string,
+  policy: OutboundPolicy,
+  field: string,
+  opts: { unresolvable: 'refuse' | 'accept' },
+): Promise<void> {
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    throw badRequest(`${field} must be an http(s) URL`, 'URL_NOT_ALLOWED', { field });
+  }
+  try {
+    await assertUrlAllowed(url, policy);
+  } catch (err) {
+    if (err instanceof OutboundBlockedError) {
+      throw badRequest(`${field} is not allowed: ${err.message}`, 'URL_NOT_ALLOWED', { field });
+    }
+    if (opts.unresolvable === 'refuse') {
+      throw badRequest(`${field} cannot be resolved: ${url.hostname}`, 'URL_NOT_ALLOWED', { field });
+    }
+  }
+}
+
 export interface OutboundResponse {
   status: number;
   headers: http.IncomingHttpHeaders;
@@ -154,7 +185,13 @@ function requestOnce(url: URL, opts: Parameters<typeof outboundRequest>[1]): Pro
       url,
       {
         method: opts.method ?? 'GET',
-        headers: { 'user-agent': 'AI-Suite-Agent/1.0', ...opts.headers },
+        headers: {
+          'user-agent': 'AI-Suite-Agent/1.0',
+          ...opts.headers,
+          // A known length, never chunked: receivers on common stacks (Python's http.server,
+          // many signature verifiers) read exactly Content-Length bytes and see nothing otherwise.
+          ...(opts.body !== undefined ? { 'content-length': String(Buffer.byteLength(opts.body)) } : {}),
+        },
         lookup: guardedLookup(host, opts.policy),
         signal: opts.signal,
       },
@@ -195,8 +232,7 @@ function requestOnce(url: URL, opts: Parameters<typeof outboundRequest>[1]): Pro
       clearTimeout(timer);
       reject(err);
     });
-    if (opts.body !== undefined) req.write(opts.body);
-    req.end();
+    req.end(opts.body);
   });
 }
 

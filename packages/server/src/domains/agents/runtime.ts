@@ -124,6 +124,14 @@ export class TurnExecutor implements RunExecutor {
     });
     try {
       if (!toolset) return this.wallClockOrAbort(exec, wallClock, config);
+      for (const w of toolset.warnings) {
+        await exec.emit('warning', {
+          runId: run.id,
+          code: 'MCP_SERVER_UNAVAILABLE',
+          message: w.message,
+          server: w.server,
+        });
+      }
       for (const t of this.loop.extraTools?.(ctx, exec) ?? []) toolset.tools.set(t.definition.name, t);
       const defs = [...toolset.tools.values()].map((t) => t.definition);
       while (state.iterations < config.compute.maxIterations) {

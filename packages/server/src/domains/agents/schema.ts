@@ -10,7 +10,7 @@ const ToolName = z
 export const WEB_PROVIDERS = ['brave', 'tavily', 'both'] as const;
 
 export const McpServerSchema = z
-  .object({
+  .strictObject({
     name: z
       .string()
       .regex(/^[a-zA-Z0-9_-]{1,32}$/, 'mcp server names are 1 to 32 letters, digits, "_" or "-"'),
@@ -21,7 +21,7 @@ export const McpServerSchema = z
   .meta({ id: 'McpServerConfig' });
 
 export const CustomToolSchema = z
-  .object({
+  .strictObject({
     name: ToolName,
     description: z.string().max(2000).optional(),
     inputSchema: JsonObject.optional(),
@@ -29,20 +29,24 @@ export const CustomToolSchema = z
   })
   .meta({ id: 'CustomTool' });
 
-/** A partial agent config as callers send it; deep-merged over the defaults. */
+/**
+ * A partial agent config as callers send it; deep-merged over the defaults. Strict at every
+ * level: a misspelt key (`allowed_tools`) would otherwise be stored and silently do nothing,
+ * e.g. leave every tool of an MCP server callable (400 names the key path in `details`).
+ */
 export const AgentConfigInputSchema = z
-  .looseObject({
+  .strictObject({
     platformVersion: z.literal(2).optional(),
     kind: z.literal('agent').optional(),
     runtimeMode: z.enum(['assist', 'autonomous']).optional(),
     capabilities: z
-      .looseObject({
+      .strictObject({
         memory: z
-          .looseObject({ enabled: z.boolean().optional(), scope: z.enum(['agent', 'workspace']).optional() })
+          .strictObject({ enabled: z.boolean().optional(), scope: z.enum(['agent', 'workspace']).optional() })
           .optional(),
-        deliverables: z.looseObject({ enabled: z.boolean().optional() }).optional(),
+        deliverables: z.strictObject({ enabled: z.boolean().optional() }).optional(),
         tools: z
-          .looseObject({
+          .strictObject({
             web_search: z.boolean().optional(),
             web_fetch: z.boolean().optional(),
             web_provider: z.enum(WEB_PROVIDERS).optional(),
@@ -52,7 +56,7 @@ export const AgentConfigInputSchema = z
       })
       .optional(),
     compute: z
-      .looseObject({
+      .strictObject({
         maxIterations: z.number().int().min(1).max(100).optional(),
         maxWallClockMs: z.number().int().min(1000).max(3_600_000).optional(),
       })
@@ -200,6 +204,14 @@ export const MessageEventSchema = z
   })
   .meta({ id: 'SessionMessageEvent' });
 
+export const TurnWarningSchema = z
+  .object({
+    code: z.string().describe('`MCP_SERVER_UNAVAILABLE`'),
+    message: z.string(),
+    server: z.string().optional().describe('Name of the MCP server concerned'),
+  })
+  .meta({ id: 'TurnWarning' });
+
 export const TurnRunEventSchema = z
   .object({
     type: z.literal('turn_run'),
@@ -208,6 +220,9 @@ export const TurnRunEventSchema = z
     created_at: z.string(),
     completed_at: z.string().nullable(),
     error_message: z.string().nullable(),
+    warnings: z
+      .array(TurnWarningSchema)
+      .describe('What the turn reported but survived, e.g. an unreachable MCP server (docs/agents.md)'),
   })
   .meta({ id: 'SessionTurnRunEvent' });
 

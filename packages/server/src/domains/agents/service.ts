@@ -8,6 +8,7 @@ import type { ModelCatalog } from '../../providers/llm.js';
 import { type RunRecord, runStore } from '../../runs/index.js';
 import { catalogService } from '../catalogs/service.js';
 import { callbackSecret, deepMerge, effectiveConfig, isUuid } from './config.js';
+import { assertOutboundUrlAccepted, parseAllowlist } from './outbound.js';
 import type { AgentConfigInput, CONCURRENCY_POLICIES } from './schema.js';
 
 type Row = Record<string, unknown>;
@@ -121,6 +122,23 @@ export class AgentsService {
     }));
   }
 
+  /**
+   * The URLs a config makes the service call (MCP servers, custom-tool callbacks) must pass the
+   * outbound guard now: a refused one would otherwise be stored and silently skipped at every
+   * turn. Hosts that do not resolve yet are accepted; the turn reports them.
+   */
+  private async assertConfigUrls(config: AgentConfigInput | undefined) {
+    const policy = parseAllowlist(this.deps.config.env.OUTBOUND_ALLOWLIST);
+    const check = (url: string, field: string) =>
+      assertOutboundUrlAccepted(url, policy, `config.${field}`, { unresolvable: 'accept' });
+    for (const [i, s] of (config?.capabilities?.mcp_servers ?? []).entries()) {
+      await check(s.url, `capabilities.mcp_servers.${i}.url`);
+    }
+    for (const [i, t] of (config?.customTools ?? []).entries()) {
+      if (t.callbackUrl) await check(t.callbackUrl, `customTools.${i}.callbackUrl`);
+    }
+  }
+
   async createAgent(input: {
     name: string;
     businessUseCase?: string;
@@ -130,6 +148,7 @@ export class AgentsService {
     llm?: { componentId: string };
   }) {
     if (input.llm?.componentId && this.deps.models) this.deps.models.resolve('chat', input.llm.componentId);
+    await this.assertConfigUrls(input.config);
     const id = randomUUID();
     const rows = await this.em.execute<Row[]>(
       `insert into apps (id, workspace_id, app_type, name, description, business_use_case, system_prompt,
@@ -210,6 +229,7 @@ export class AgentsService {
     for (const t of patch.tools ?? []) {
       if (!knownToolId(t.toolId)) throw badRequest(`Unknown tool: ${t.toolId}`, 'INVALID_TOOL_BINDING');
     }
+    await this.assertConfigUrls(patch.config);
     return this.em.transactional(async (tx) => {
       const rows = await tx.execute<Row[]>(
         `select * from apps where id = ? and workspace_id = ? and app_type = 'agent' for update`,
@@ -339,6 +359,25 @@ export class AgentsService {
       `select * from runs where session_id = ? and kind = 'turn' order by created_at, id`,
       [s.id],
     );
+    const warningRows = await this.em.execute<Row[]>(
+      `select e.run_id, e.payload from run_events e join runs r on r.id = e.run_id
+       where r.session_id = ? and r.kind = 'turn' and e.type = 'warning' order by e.run_id, e.seq`,
+      [s.id],
+    );
+    const warnings = new Map<string, { code: string; message: string; server?: string }[]>();
+    for (const w of warningRows) {
+      const p = (typeof w.payload === 'string' ? JSON.parse(w.payload) : w.payload) as Record<
+        string,
+        unknown
+      >;
+      const list = warnings.get(w.run_id as string) ?? [];
+      list.push({
+        code: String(p.code),
+        message: String(p.message),
+        ...(typeof p.server === 'string' ? { server: p.server } : {}),
+      });
+      warnings.set(w.run_id as string, list);
+    }
     const events = [
       ...messages.map((m) => ({
         type: 'message' as const,
@@ -356,6 +395,7 @@ export class AgentsService {
         created_at: iso(r.created_at) as string,
         completed_at: iso(r.completed_at),
         error_message: (r.error as string) ?? null,
+        warnings: warnings.get(r.id as string) ?? [],
         at: (r.created_at as Date).getTime?.() ?? Date.parse(String(r.created_at)),
       })),
     ];

@@ -60,11 +60,20 @@ const schemaOf = (s: unknown): Record<string, unknown> =>
  * tools, integration-pack tools of enabled bindings, and the tools of the MCP servers; all
  * filtered by `toolAllowlist` when it is set. Returns a closer for the MCP connections.
  */
+/** A configured MCP server the turn could not use; the turn reports it (`warning` event). */
+export interface McpServerWarning {
+  server: string;
+  message: string;
+}
+
+/** How long ending an MCP session may take before the connection is simply closed. */
+const MCP_TERMINATE_TIMEOUT_MS = 5_000;
+
 export async function buildToolset(
   env: ToolEnv,
   ctx: ToolContext,
   signal: AbortSignal,
-): Promise<{ tools: Map<string, AgentTool>; close: () => Promise<void> }> {
+): Promise<{ tools: Map<string, AgentTool>; warnings: McpServerWarning[]; close: () => Promise<void> }> {
   const { config, agent } = ctx;
   const tools = new Map<string, AgentTool>();
   const platform = new Map(catalogService.platformToolDefinitions().map((t) => [t.toolId, t]));
@@ -121,7 +130,25 @@ export async function buildToolset(
     }
   }
 
-  const clients: Client[] = [];
+  const connections: { client: Client; transport: StreamableHTTPClientTransport }[] = [];
+  const warnings: McpServerWarning[] = [];
+  // Ends each MCP session (streamable HTTP `DELETE` with its session id) before closing the
+  // connection: servers keep per-session state until told, so sessions must not pile up.
+  const close = async () => {
+    await Promise.all(
+      connections.map(async ({ client, transport }) => {
+        let timer: NodeJS.Timeout | undefined;
+        await Promise.race([
+          transport.terminateSession().catch(() => undefined),
+          new Promise((r) => {
+            timer = setTimeout(r, MCP_TERMINATE_TIMEOUT_MS);
+          }),
+        ]);
+        clearTimeout(timer);
+        await client.close().catch(() => undefined);
+      }),
+    );
+  };
   for (const server of config.capabilities.mcp_servers) {
     try {
       const url = new URL(server.url);
@@ -131,7 +158,7 @@ export async function buildToolset(
         requestInit: { headers: server.headers ?? {}, signal },
       });
       await client.connect(transport, { signal, timeout: 15_000 });
-      clients.push(client);
+      connections.push({ client, transport });
       const listed = await client.listTools(undefined, { signal, timeout: 15_000 });
       for (const tool of listed.tools) {
         if (server.allowedTools && !server.allowedTools.includes(tool.name)) continue;
@@ -155,8 +182,16 @@ export async function buildToolset(
         });
       }
     } catch (err) {
-      if (signal.aborted) throw err;
+      if (signal.aborted) {
+        await close();
+        throw err;
+      }
       env.log.warn({ err, server: server.name }, 'MCP server unavailable; its tools are skipped');
+      const reason = err instanceof Error ? err.message : String(err);
+      warnings.push({
+        server: server.name,
+        message: `MCP server "${server.name}" is unavailable (${reason.slice(0, 300)}); its tools are not offered in this turn`,
+      });
     }
   }
 
@@ -166,9 +201,8 @@ export async function buildToolset(
   }
   return {
     tools,
-    close: async () => {
-      await Promise.all(clients.map((c) => c.close().catch(() => undefined)));
-    },
+    warnings,
+    close,
   };
 }
 

@@ -19,7 +19,8 @@ let callbackReply: (body: any) => { status?: number; body?: unknown } = () => ({
 });
 
 beforeAll(async () => {
-  callbacks = await startHttpFixture((req) => callbackReply(req.body));
+  // Like Python's http.server: reads Content-Length bytes, answers 411 to a chunked body.
+  callbacks = await startHttpFixture((req) => callbackReply(req.body), { requireContentLength: true });
   ts = await startTestServerWithFakeModel({
     env: { OUTBOUND_ALLOWLIST: '127.0.0.1', RUN_POLL_INTERVAL_MS: '100' },
   });
@@ -260,6 +261,8 @@ describe('callback tools', () => {
 
     const req = callbacks.requests[before];
     expect(req?.method).toBe('POST');
+    expect(req?.headers['content-length']).toBe(String(Buffer.byteLength(req?.rawBody ?? '')));
+    expect(req?.headers['transfer-encoding']).toBeUndefined();
     expect(req?.body).toMatchObject({
       type: 'tool_call',
       tool: 'get_weather',

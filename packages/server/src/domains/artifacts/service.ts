@@ -164,7 +164,7 @@ export class ArtifactsService {
     try {
       model = this.deps.models.resolve('chat', req.model);
     } catch (err) {
-      if (err instanceof AppError && err.status === 400) throw invalidInput(err.message);
+      if (err instanceof AppError && err.status === 400) throw invalidInput(err.message, err.details);
       throw err;
     }
     const messages = promptFor(req, template);

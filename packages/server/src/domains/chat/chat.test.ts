@@ -181,7 +181,16 @@ describe('POST /chat validation (spec 4.1, 7)', () => {
     it(`400 ${message}: ${name}`, async () => {
       const res = await chat(body);
       expect(res.status).toBe(400);
-      expect(await res.json()).toEqual({ error: message });
+      const answer = await res.json();
+      expect(answer.error).toBe(message);
+      if (message === 'Invalid model') {
+        // The ids a caller may pass instead, as GET /models lists them.
+        expect(answer).toEqual({
+          error: 'Invalid model',
+          code: 'INVALID_MODEL',
+          details: { model: 'gpt-nope', kind: 'chat', validModels: ['fake-chat'] },
+        });
+      } else expect(answer).toEqual({ error: message });
     });
   }
 

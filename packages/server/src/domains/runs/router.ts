@@ -1,4 +1,3 @@
-import { z } from 'zod';
 import { keyProcedure, router } from '../../trpc.js';
 import {
   CreateRunInput,
@@ -6,7 +5,7 @@ import {
   ListRunsInput,
   RunCreatedSchema,
   RunDetailSchema,
-  RunSchema,
+  RunListSchema,
 } from './schema.js';
 import { pollHintMs, RunsService } from './service.js';
 
@@ -47,9 +46,9 @@ export const runsRouter = router({
       },
     })
     .input(ListRunsInput)
-    .output(z.object({ runs: z.array(RunSchema) }))
+    .output(RunListSchema)
     .query(({ ctx, input }) =>
-      new RunsService(ctx.em, ctx.deps, ctx.principal).list(input.agentId, input.limit),
+      new RunsService(ctx.em, ctx.deps, ctx.principal).list(input.agentId, input.limit, input.offset),
     ),
 
   getRun: keyProcedure

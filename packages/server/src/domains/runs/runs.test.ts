@@ -46,7 +46,10 @@ let hook: HttpFixture;
 let hookReplies: number[] = [];
 
 beforeAll(async () => {
-  hook = await startHttpFixture(() => ({ status: hookReplies.shift() ?? 200, body: { ok: true } }));
+  // Like Python's http.server: reads Content-Length bytes, answers 411 to a chunked body.
+  hook = await startHttpFixture(() => ({ status: hookReplies.shift() ?? 200, body: { ok: true } }), {
+    requireContentLength: true,
+  });
   ts = await startTestServerWithFakeModel({
     fake: { defaultReply: modelRouter },
     env: {
@@ -116,7 +119,14 @@ describe('create run: validation', () => {
     const agentId = await createAgent({ capabilities: { deliverables: { enabled: false } } });
     const res = await post(`/managed-agents/agents/${agentId}/runs`, { task: 'x' });
     expect(res.status).toBe(400);
-    expect(await res.json()).toEqual({ error: 'Deliverables are disabled for this agent' });
+    expect(await res.json()).toEqual({
+      error: 'Deliverables are disabled for this agent',
+      code: 'DELIVERABLES_DISABLED',
+      details: {
+        configField: 'capabilities.deliverables.enabled',
+        enableWith: { config: { capabilities: { deliverables: { enabled: true } } } },
+      },
+    });
   });
 
   it('answers 400 for messaging-integration sources', async () => {
@@ -258,13 +268,15 @@ describe('autonomous execution', () => {
       runs: { id: string }[];
     };
     expect(all.runs.map((r) => r.id)).toEqual([second.runId, first.runId]);
-    for (const limit of ['0', '101', 'abc']) {
-      const bad = await get(`/managed-agents/agents/${agentId}/runs?limit=${limit}`);
-      expect(bad.status).toBe(400);
-      expect(((await bad.json()) as { error: string }).error).toBe(
-        'limit must be a number between 1 and 100',
-      );
-    }
+    // Out of range is clamped like the spec's other lists (limit=0 → 1, 500 → 100).
+    const one = (await (await get(`/managed-agents/agents/${agentId}/runs?limit=0`)).json()) as {
+      runs: { id: string }[];
+    };
+    expect(one.runs.map((r) => r.id)).toEqual([second.runId]);
+    expect((await get(`/managed-agents/agents/${agentId}/runs?limit=500`)).status).toBe(200);
+    const bad = await get(`/managed-agents/agents/${agentId}/runs?limit=abc`);
+    expect(bad.status).toBe(400);
+    expect(((await bad.json()) as { error: string }).error).toBe('limit must be a number');
   });
 
   it('creates one run for 20 concurrent posts with the same messageId', async () => {
@@ -418,6 +430,7 @@ describe('completion webhook', () => {
     expect(mine).toHaveLength(3);
     const delivered = mine[2] as RecordedHttpRequest;
     expect(delivered.method).toBe('POST');
+    expect(delivered.headers['content-length']).toBe(String(Buffer.byteLength(delivered.rawBody)));
     expect(delivered.headers['x-aisuite-delivery']).toBe(runId);
     expect(delivered.body).toMatchObject({ type: 'run.completed', runId, status: 'completed', attempt: 3 });
     expect(delivered.body.artifacts).toHaveLength(1);

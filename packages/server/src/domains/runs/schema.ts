@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { PageLimit } from '../../http/pagination.js';
+import { PageLimit, PageOffset } from '../../http/pagination.js';
 
 /**
  * `metadata.source` values naming a messaging integration: runs mentioned there start
@@ -106,6 +106,14 @@ export const RunDetailSchema = z
 export const ListRunsInput = z.object({
   agentId: z.string(),
   limit: PageLimit,
+  offset: PageOffset,
 });
+
+export const RunListSchema = z
+  .object({
+    runs: z.array(RunSchema),
+    total: z.number().describe('Runs of the agent, for paging with offset (as the sessions list)'),
+  })
+  .meta({ id: 'RunList' });
 
 export const GetRunInput = z.object({ agentId: z.string(), runId: z.string() });

@@ -5,7 +5,7 @@ import type { ServerDeps } from '../../context.js';
 import { badRequest, notFound } from '../../http/errors.js';
 import { runStore, TERMINAL_EVENT_TYPES } from '../../runs/index.js';
 import { effectiveConfig, isUuid } from '../agents/config.js';
-import { assertUrlAllowed, OutboundBlockedError, parseAllowlist } from '../agents/outbound.js';
+import { assertOutboundUrlAccepted, parseAllowlist } from '../agents/outbound.js';
 import { AgentsService, SESSION_NOT_FOUND } from '../agents/service.js';
 import { isMessagingSource } from './schema.js';
 
@@ -76,7 +76,12 @@ export class RunsService {
   async create(agentId: string, body: CreateRunBody, ctx: { requestId: string }) {
     const agent = await this.agents.requireAgent(agentId);
     const config = effectiveConfig(agent.config);
-    if (!config.capabilities.deliverables.enabled) throw badRequest(DELIVERABLES_DISABLED);
+    if (!config.capabilities.deliverables.enabled) {
+      throw badRequest(DELIVERABLES_DISABLED, 'DELIVERABLES_DISABLED', {
+        configField: 'capabilities.deliverables.enabled',
+        enableWith: { config: { capabilities: { deliverables: { enabled: true } } } },
+      });
+    }
     const meta = body.metadata ?? {};
     if (isMessagingSource(meta.source)) throw badRequest(INTEGRATION_MENTION);
     const messageId = meta.messageId;
@@ -189,29 +194,23 @@ export class RunsService {
   }
 
   private async assertWebhookAllowed(raw: string) {
-    let url: URL;
-    try {
-      url = new URL(raw);
-    } catch {
-      throw badRequest('webhookUrl must be an http(s) URL');
-    }
-    try {
-      await assertUrlAllowed(url, parseAllowlist(this.deps.config.env.OUTBOUND_ALLOWLIST));
-    } catch (err) {
-      if (err instanceof OutboundBlockedError) throw badRequest(`webhookUrl is not allowed: ${err.message}`);
-      throw badRequest(`webhookUrl cannot be resolved: ${url.hostname}`);
-    }
+    const policy = parseAllowlist(this.deps.config.env.OUTBOUND_ALLOWLIST);
+    await assertOutboundUrlAccepted(raw, policy, 'webhookUrl', { unresolvable: 'refuse' });
   }
 
-  async list(agentId: string, limit: number) {
+  async list(agentId: string, limit: number, offset = 0) {
     const agent = await this.agents.requireAgent(agentId);
     const rows = await this.em.execute<Row[]>(
       `select r.*, a.task, a.metadata from autonomous_runs a join runs r on r.id = a.run_id
        where a.workspace_id = ? and a.app_id = ?
-       order by r.created_at desc, r.id desc limit ?`,
-      [this.ws, agent.id, limit],
+       order by r.created_at desc, r.id desc limit ? offset ?`,
+      [this.ws, agent.id, limit, offset],
     );
-    return { runs: rows.map(toRunDto) };
+    const count = await this.em.execute<Row[]>(
+      'select count(*) as n from autonomous_runs where workspace_id = ? and app_id = ?',
+      [this.ws, agent.id],
+    );
+    return { runs: rows.map(toRunDto), total: Number(count[0]?.n ?? 0) };
   }
 
   async requireRun(agentId: string, runId: string): Promise<RunDto & { waiting: boolean }> {

@@ -4,6 +4,8 @@ import { importFromGitHost } from './githost.js';
 import {
   CreateFolderInput,
   CreateFolderResultSchema,
+  DeletedFileSchema,
+  DeleteFileInput,
   FileResultSchema,
   GitHostImportInput,
   GitHostImportResultSchema,
@@ -42,6 +44,7 @@ export const storageRouter = router({
         type: input.type,
         limit: input.limit,
         search: input.search,
+        cursor: input.cursor,
       }),
     ),
 
@@ -61,6 +64,25 @@ export const storageRouter = router({
     .mutation(async ({ ctx, input }) => ({
       file: await ctx.storage.moveOrRename(ctx.principal.workspaceId, input),
     })),
+
+  deleteFile: storageProcedure
+    .meta({
+      openapi: {
+        method: 'DELETE',
+        path: `${BASE}/files/{fileId}`,
+        tags,
+        protect: true,
+        summary: 'Delete a file: its object in the store and its row',
+        description:
+          "Extension: not in the interface specification. 404 `File not found` for an unknown id or another workspace's file. A deleted deliverable stays listed on its run, and its download answers 404.",
+      },
+    })
+    .input(DeleteFileInput)
+    .output(DeletedFileSchema)
+    .mutation(async ({ ctx, input }) => {
+      await ctx.storage.deleteFile(ctx.principal.workspaceId, input.fileId);
+      return { deleted: true as const, fileId: input.fileId };
+    }),
 
   moveOrRenameByBody: storageProcedure
     .meta({

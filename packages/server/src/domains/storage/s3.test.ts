@@ -2,6 +2,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { Readable } from 'node:stream';
+import { CreateBucketCommand, DeleteBucketCommand } from '@aws-sdk/client-s3';
 import S3rver from 's3rver';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { S3ObjectStore } from '../../storage/s3-store.js';
@@ -39,6 +40,8 @@ beforeAll(async () => {
       S3_ACCESS_KEY_ID: 'S3RVER',
       S3_SECRET_ACCESS_KEY: 'S3RVER',
       S3_FORCE_PATH_STYLE: 'true',
+      // Clients reach the store under another name than the service does.
+      S3_PUBLIC_ENDPOINT: s3Url.replace('127.0.0.1', 'localhost'),
     },
   });
   ws = await createTestWorkspace(ts);
@@ -71,7 +74,10 @@ describe('S3 object store (s3rver on loopback)', () => {
 
     const list = (await (await ts.api(base(), { key: ws.apiKey })).json()) as { files: StorageFileDto[] };
     const url = list.files[0]?.presignedUrl as string;
-    expect(url.startsWith(`${s3Url}/ai-suite/ws/${ws.workspaceId}/`)).toBe(true);
+    // Signed for S3_PUBLIC_ENDPOINT (the host is part of the signature), and it works there.
+    expect(url.startsWith(`${s3Url.replace('127.0.0.1', 'localhost')}/ai-suite/ws/${ws.workspaceId}/`)).toBe(
+      true,
+    );
     const u = new URL(url);
     expect(u.searchParams.get('X-Amz-Expires')).toBe('900');
     const direct = await fetch(url);
@@ -122,5 +128,69 @@ describe('S3 object store (s3rver on loopback)', () => {
     const res = await ts.api(`${base()}/content?fileId=${fileIds[0]}&fileType=file`, { key: ws.apiKey });
     expect(res.status).toBe(404);
     expect(await res.json()).toEqual({ error: 'Storage key not found' });
+  });
+});
+
+describe('S3 misconfiguration and deletes', () => {
+  const s3Env = (over: Record<string, string>) => ({
+    S3_BUCKET: 'ai-suite',
+    S3_ENDPOINT: s3Url,
+    S3_ACCESS_KEY_ID: 'S3RVER',
+    S3_SECRET_ACCESS_KEY: 'S3RVER',
+    S3_FORCE_PATH_STYLE: 'true',
+    ...over,
+  });
+
+  it('refuses to start on a bucket that does not exist or with refused credentials, saying why', async () => {
+    await expect(startTestServer({ env: s3Env({ S3_BUCKET: 'no-such-bucket' }) })).rejects.toThrow(
+      `S3 bucket "no-such-bucket" at ${s3Url} does not exist (S3_BUCKET)`,
+    );
+    await expect(startTestServer({ env: s3Env({ S3_ACCESS_KEY_ID: 'NOBODY' }) })).rejects.toThrow(
+      /^S3 bucket "ai-suite" at .+ refused access \(HTTP 403\): check S3_ACCESS_KEY_ID, S3_SECRET_ACCESS_KEY/,
+    );
+  });
+
+  it('/readyz answers 503 with the reason when the bucket goes away, and ready again when it is back', async () => {
+    expect(await (await fetch(`${ts.url}/readyz`)).json()).toMatchObject({
+      status: 'ready',
+      objectStore: 's3',
+    });
+    const admin = (ts.server.deps.objects as S3ObjectStore).client;
+    await admin.send(new CreateBucketCommand({ Bucket: 'spare' }));
+    const other = await startTestServer({ env: s3Env({ S3_BUCKET: 'spare' }) });
+    try {
+      expect((await fetch(`${other.url}/readyz`)).status).toBe(200);
+      await admin.send(new DeleteBucketCommand({ Bucket: 'spare' }));
+      const down = await fetch(`${other.url}/readyz`);
+      expect(down.status).toBe(503);
+      expect(await down.json()).toEqual({
+        error: 'Service temporarily unavailable',
+        details: { objectStore: `S3 bucket "spare" at ${s3Url} does not exist (S3_BUCKET)` },
+      });
+      await admin.send(new CreateBucketCommand({ Bucket: 'spare' }));
+      expect((await fetch(`${other.url}/readyz`)).status).toBe(200);
+    } finally {
+      await other.close();
+    }
+  });
+
+  it('DELETE removes the object from the bucket and the row', async () => {
+    const fd = new FormData();
+    fd.append('file[]', new Blob(['to delete']), 'delete-me.txt');
+    const { fileIds } = (await (
+      await ts.api(`${base()}/import`, { method: 'POST', key: ws.apiKey, body: fd })
+    ).json()) as { fileIds: string[] };
+    const list = (await (await ts.api(`${base()}?search=delete-me`, { key: ws.apiKey })).json()) as {
+      files: StorageFileDto[];
+    };
+    const key = new URL(list.files[0]?.presignedUrl as string).pathname.replace('/ai-suite/', '');
+    expect(await ts.server.deps.objects.head(key)).not.toBeNull();
+    const res = await ts.api(`${base()}/files/${fileIds[0]}`, { method: 'DELETE', key: ws.apiKey });
+    expect(await res.json()).toEqual({ deleted: true, fileId: fileIds[0] });
+    expect(await ts.server.deps.objects.head(key)).toBeNull();
+    const after = (await (await ts.api(`${base()}?search=delete-me`, { key: ws.apiKey })).json()) as {
+      files: StorageFileDto[];
+    };
+    expect(after.files).toEqual([]);
   });
 });

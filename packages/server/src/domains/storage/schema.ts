@@ -63,6 +63,11 @@ export const ListStorageInput = z.object({
     .max(255, 'search must be 255 characters or less')
     .optional()
     .describe('Partial filename match'),
+  cursor: z
+    .string()
+    .max(200, 'Invalid cursor')
+    .optional()
+    .describe('`nextCursor` of the previous page (same type and search): the files after it'),
 });
 
 export const StorageListSchema = z
@@ -75,6 +80,10 @@ export const StorageListSchema = z
       files: z.number(),
     }),
     hasMore: z.boolean(),
+    nextCursor: z
+      .string()
+      .nullable()
+      .describe('Pass as `cursor` for the next page; null on the last page (docs/storage.md)'),
   })
   .meta({ id: 'StorageList' });
 
@@ -95,6 +104,15 @@ export const MoveRenameInput = z.object({
   fileId: z.string({ error: 'fileId is required' }).min(1, 'fileId is required'),
   ...MoveRenameBody,
 });
+
+export const DeleteFileInput = z.object({
+  workspaceId,
+  fileId: z.string({ error: 'fileId is required' }).min(1, 'fileId is required'),
+});
+
+export const DeletedFileSchema = z
+  .object({ deleted: z.literal(true), fileId: z.string() })
+  .meta({ id: 'DeletedStorageFile' });
 
 export const FileResultSchema = z.object({ file: StorageFileSchema }).meta({ id: 'StorageFileResult' });
 

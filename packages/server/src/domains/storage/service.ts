@@ -84,6 +84,31 @@ interface FolderRow {
 const FILE_COLUMNS =
   'id, workspace_id, type, filename, mime_type, size_bytes, folder_path, storage_key, source, source_id, is_indexed, index_status, is_git_host_mirror, external_ref, created_at';
 
+/** `created_at` to the microsecond (a JS Date keeps only milliseconds). */
+const CURSOR_TIME = `to_char(created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`;
+
+/** The opaque `cursor` of the storage list: where the previous page ended. */
+function encodeListCursor(c: { t: string; id: string }): string {
+  return Buffer.from(JSON.stringify(c)).toString('base64url');
+}
+
+function decodeListCursor(raw: string): { t: string; id: string } {
+  try {
+    const c = JSON.parse(Buffer.from(raw, 'base64url').toString('utf8')) as { t?: unknown; id?: unknown };
+    if (
+      typeof c.t === 'string' &&
+      /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$/.test(c.t) &&
+      typeof c.id === 'string' &&
+      isUuid(c.id)
+    ) {
+      return { t: c.t, id: c.id };
+    }
+  } catch {
+    /* not ours */
+  }
+  throw badRequest('Invalid cursor', 'INVALID_CURSOR');
+}
+
 const escapeLike = (s: string) => s.replace(/[\\%_]/g, (c) => `\\${c}`);
 const toIso = (d: Date | string) => (d instanceof Date ? d : new Date(d)).toISOString();
 
@@ -311,25 +336,34 @@ export class StorageService {
     return Buffer.concat(chunks);
   }
 
+  /**
+   * Deletes a file: the row, then its object, in one transaction, so a store that refuses the
+   * delete leaves the file as it was (and the caller sees the failure) instead of an orphaned
+   * object. Other domains that keep data about a file (a RAG index) hook in here.
+   */
   async deleteFile(workspaceId: string, fileId: string): Promise<void> {
     if (!isUuid(fileId)) throw notFound('File not found');
-    const rows = await this.em.execute<{ storage_key: string | null }[]>(
-      'delete from storage_files where workspace_id = ? and id = ? returning storage_key',
-      [workspaceId, fileId],
-    );
-    if (rows.length === 0) throw notFound('File not found');
-    const key = rows[0]?.storage_key;
-    if (key) await this.objects.delete(key).catch(() => undefined);
+    await this.em.transactional(async (tx) => {
+      const rows = await tx.execute<{ storage_key: string | null }[]>(
+        'delete from storage_files where workspace_id = ? and id = ? returning storage_key',
+        [workspaceId, fileId],
+      );
+      if (rows.length === 0) throw notFound('File not found');
+      const key = rows[0]?.storage_key;
+      if (key) await this.objects.delete(key);
+    });
   }
 
   async list(
     workspaceId: string,
-    q: { type: string; limit: number; search?: string },
+    q: { type: string; limit: number; search?: string; cursor?: string },
   ): Promise<{
     files: StorageFileDto[];
     totals: { images: number; deliverables: number; documents: number; files: number };
     hasMore: boolean;
+    nextCursor: string | null;
   }> {
+    const after = q.cursor ? decodeListCursor(q.cursor) : null;
     const where = ['workspace_id = ?'];
     const params: unknown[] = [workspaceId];
     if (q.search?.trim()) {
@@ -345,13 +379,22 @@ export class StorageService {
       where.push('type = ?');
       params.push(fileType);
     }
-    const rows = await this.em.execute<FileRow[]>(
-      `select ${FILE_COLUMNS} from storage_files where ${where.join(' and ')} order by created_at desc, id desc limit ?`,
+    // Keyset paging on the list's order: totals stay those of the whole filter.
+    if (after) {
+      where.push('(created_at, id) < (?::timestamptz, ?::uuid)');
+      params.push(after.t, after.id);
+    }
+    const rows = await this.em.execute<(FileRow & { cursor_t: string })[]>(
+      `select ${FILE_COLUMNS}, ${CURSOR_TIME} as cursor_t from storage_files where ${where.join(' and ')}
+       order by created_at desc, id desc limit ?`,
       [...params, q.limit + 1],
     );
     const count = (t: StorageFileType) => Number(totalsRows.find((r) => r.type === t)?.n ?? 0);
+    const page = rows.slice(0, q.limit);
+    const last = page.at(-1);
     return {
-      files: await Promise.all(rows.slice(0, q.limit).map((r) => this.toDto(r))),
+      nextCursor: rows.length > q.limit && last ? encodeListCursor({ t: last.cursor_t, id: last.id }) : null,
+      files: await Promise.all(page.map((r) => this.toDto(r))),
       totals: {
         images: count('image'),
         deliverables: count('deliverable'),

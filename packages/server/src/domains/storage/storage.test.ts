@@ -493,3 +493,69 @@ describe('folders and path listing', () => {
     expect(res.status).toBe(200);
   });
 });
+
+describe('GET /storage cursor', () => {
+  it('walks every file of a filter exactly once with nextCursor, totals unchanged', async () => {
+    const w = await createTestWorkspace(ts);
+    // Created in one statement burst: many share a millisecond, so the cursor must order by more.
+    await Promise.all(
+      Array.from({ length: 23 }, (_, i) => put(`c${String(i).padStart(2, '0')}.txt`, 'x', '/cur', 'file', w)),
+    );
+    await put('other.md', 'x', null, 'deliverable', w);
+    const seen: string[] = [];
+    let cursor: string | null = null;
+    let pages = 0;
+    do {
+      const q: string = `?type=files&limit=5${cursor ? `&cursor=${cursor}` : ''}`;
+      const page = (await (await get(`${base(w)}${q}`, w)).json()) as {
+        files: StorageFileDto[];
+        totals: Record<string, number>;
+        hasMore: boolean;
+        nextCursor: string | null;
+      };
+      expect(page.totals).toEqual({ images: 0, deliverables: 1, documents: 0, files: 23 });
+      expect(page.hasMore).toBe(page.nextCursor !== null);
+      seen.push(...page.files.map((f) => f.filename));
+      cursor = page.nextCursor;
+      pages++;
+    } while (cursor);
+    expect(pages).toBe(5);
+    expect(seen).toHaveLength(23);
+    expect(new Set(seen).size).toBe(23);
+  });
+
+  it('answers 400 Invalid cursor for a cursor it did not make', async () => {
+    for (const cursor of ['nope', Buffer.from('{"t":"x","id":"y"}').toString('base64url')]) {
+      const res = await get(`${base()}?cursor=${cursor}`);
+      expect(res.status).toBe(400);
+      expect(await res.json()).toEqual({ error: 'Invalid cursor', code: 'INVALID_CURSOR' });
+    }
+  });
+});
+
+describe('DELETE /storage/files/{fileId}', () => {
+  it('deletes the row and the object; a second delete and other workspaces get 404', async () => {
+    const file = await put('gone.txt', 'bye', '/del');
+    const key = (
+      await ts.server.deps.em().execute('select storage_key from storage_files where id = ?', [file.id])
+    )[0]?.storage_key as string;
+    expect(await ts.server.deps.objects.head(key)).not.toBeNull();
+
+    const foreign = await ts.api(`${base(other)}/files/${file.id}`, { method: 'DELETE', key: other.apiKey });
+    expect(foreign.status).toBe(404);
+    expect(await foreign.json()).toEqual({ error: 'File not found' });
+    const wrongWs = await ts.api(`${base(other)}/files/${file.id}`, { method: 'DELETE', key: ws.apiKey });
+    expect(wrongWs.status).toBe(401);
+
+    const res = await ts.api(`${base()}/files/${file.id}`, { method: 'DELETE', key: ws.apiKey });
+    expect(res.status).toBe(200);
+    expect(await res.json()).toEqual({ deleted: true, fileId: file.id });
+    expect(await ts.server.deps.objects.head(key)).toBeNull();
+    const content = await get(`${base()}/content?fileId=${file.id}&fileType=file`);
+    expect(content.status).toBe(404);
+    const again = await ts.api(`${base()}/files/${file.id}`, { method: 'DELETE', key: ws.apiKey });
+    expect(again.status).toBe(404);
+    const bad = await ts.api(`${base()}/files/not-a-uuid`, { method: 'DELETE', key: ws.apiKey });
+    expect(bad.status).toBe(404);
+  });
+});

@@ -1,6 +1,12 @@
 import { z } from 'zod';
 import { keyProcedure, router } from '../../trpc.js';
-import { CreatedWidgetTokenSchema, CreateWidgetTokenInput, WidgetTokenSchema } from './schema.js';
+import {
+  CreatedWidgetTokenSchema,
+  CreateWidgetTokenInput,
+  ListWidgetTokensInput,
+  WidgetTokenListSchema,
+  WidgetTokenSchema,
+} from './schema.js';
 import { WidgetTokensService } from './service.js';
 
 const TAGS = ['Widget tokens'];
@@ -36,9 +42,9 @@ export const widgetTokensRouter = router({
         description: about,
       },
     })
-    .input(z.void())
-    .output(z.object({ data: z.array(WidgetTokenSchema) }))
-    .query(({ ctx }) => new WidgetTokensService(ctx.em, ctx.principal).list()),
+    .input(ListWidgetTokensInput)
+    .output(WidgetTokenListSchema)
+    .query(({ ctx, input }) => new WidgetTokensService(ctx.em, ctx.principal).list(input)),
 
   revoke: keyProcedure
     .meta({

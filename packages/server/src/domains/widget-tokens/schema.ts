@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { pageNumber } from '../apps/schema.js';
 
 export const WIDGET_TOKEN_TTL = { defaultSeconds: 3600, minSeconds: 60, maxSeconds: 86_400 };
 export const WIDGET_TOKEN_MAX_REQUESTS = { default: 1000, max: 100_000 };
@@ -57,3 +58,16 @@ export const CreatedWidgetTokenSchema = z
     widgetToken: WidgetTokenSchema,
   })
   .meta({ id: 'CreatedWidgetToken' });
+
+/** Newest first; `limit` default 50 (clamped to 1..200), `offset`: the apps list's paging. */
+export const ListWidgetTokensInput = z.object({
+  limit: pageNumber('limit'),
+  offset: pageNumber('offset'),
+});
+
+export const WidgetTokenListSchema = z
+  .object({
+    data: z.array(WidgetTokenSchema),
+    meta: z.object({ limit: z.number(), offset: z.number(), total: z.number() }),
+  })
+  .meta({ id: 'WidgetTokenList' });

@@ -8,7 +8,7 @@ import {
   widgetTokenDisplayPrefix,
 } from '../../auth/widget-tokens.js';
 import { badRequest, notFound } from '../../http/errors.js';
-import { assertWorkspaceApp } from '../apps/service.js';
+import { APPS_PAGE, assertWorkspaceApp, clampPage } from '../apps/service.js';
 import {
   type CreateWidgetTokenInput,
   WIDGET_TOKEN_MAX_REQUESTS,
@@ -91,12 +91,22 @@ export class WidgetTokensService {
     return { token, widgetToken: toDto(rows[0] as TokenRow) };
   }
 
-  async list(): Promise<{ data: WidgetTokenDto[] }> {
-    const rows = await this.em.execute<TokenRow[]>(
-      `select * from widget_tokens where workspace_id = ? order by created_at desc, id limit 200`,
-      [this.principal.workspaceId],
+  async list(page: { limit?: number; offset?: number } = {}) {
+    const { limit, offset } = clampPage(page.limit, page.offset, APPS_PAGE);
+    const rows = await this.em.execute<(TokenRow & { total: string | number })[]>(
+      `select *, count(*) over () as total from widget_tokens where workspace_id = ?
+       order by created_at desc, id limit ? offset ?`,
+      [this.principal.workspaceId, limit, offset],
     );
-    return { data: rows.map(toDto) };
+    let total = rows[0] ? Number(rows[0].total) : 0;
+    if (!rows[0] && offset > 0) {
+      const c = await this.em.execute<{ n: string | number }[]>(
+        'select count(*) as n from widget_tokens where workspace_id = ?',
+        [this.principal.workspaceId],
+      );
+      total = Number(c[0]?.n ?? 0);
+    }
+    return { data: rows.map(toDto), meta: { limit, offset, total } };
   }
 
   async revoke(tokenId: string): Promise<{ revoked: true; widgetToken: WidgetTokenDto }> {

@@ -1,0 +1,93 @@
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { LOCK_FILE } from './db/embedded.js';
+import { cleanEnv, SERVER_DIR } from './test/spawn.js';
+
+const ROOT = path.resolve(SERVER_DIR, '../..');
+const GRACE_MS = 3000;
+const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'aisuite-start-'));
+afterAll(() => fs.rmSync(dataDir, { recursive: true, force: true }));
+
+const alive = (pid: number) => {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+};
+
+/**
+ * `pnpm start` as an operator (or a container's PID 1) runs it: the signal goes to the pnpm
+ * process only, never to the process group. The chain pnpm → sh → pnpm → sh → node must hand
+ * it on (`exec` in both scripts), or node is orphaned and keeps serving.
+ */
+describe('pnpm start', () => {
+  it('stops the server gracefully within SHUTDOWN_GRACE_MS when only the pnpm process gets SIGTERM', async () => {
+    const child = spawn('pnpm', ['start'], {
+      cwd: ROOT,
+      env: cleanEnv({
+        DATA_DIR: dataDir,
+        PORT: '0',
+        HOST: '127.0.0.1',
+        LOG_LEVEL: 'info',
+        SHUTDOWN_GRACE_MS: String(GRACE_MS),
+      }),
+      stdio: ['ignore', 'pipe', 'pipe'],
+      detached: true, // its own process group: nothing but the explicit kill reaches it
+    });
+    let out = '';
+    child.stdout?.on('data', (d) => {
+      out += d.toString();
+    });
+    child.stderr?.on('data', (d) => {
+      out += d.toString();
+    });
+    let serverPid: number | undefined;
+    try {
+      await expect
+        .poll(
+          () => /"url":"(http:\/\/[^"]+)"/.exec(out)?.[1] ?? (child.exitCode !== null ? out : undefined),
+          {
+            timeout: 240_000, // tsup build, then initdb and every migration
+            interval: 200,
+          },
+        )
+        .toMatch(/^http:\/\//);
+      const url = /"url":"(http:\/\/[^"]+)"/.exec(out)?.[1] as string;
+      expect((await fetch(`${url}/readyz`)).status).toBe(200);
+      serverPid = (JSON.parse(fs.readFileSync(path.join(dataDir, LOCK_FILE), 'utf8')) as { pid: number }).pid;
+      expect(serverPid).not.toBe(child.pid);
+
+      // A request still in flight (headers not complete): the server waits for it up to the grace.
+      const { port } = new URL(url);
+      const socket = net.connect(Number(port), '127.0.0.1');
+      await once(socket, 'connect');
+      socket.write('GET /healthz HTTP/1.1\r\nHost: x\r\n');
+      socket.on('error', () => undefined);
+
+      const exited = once(child, 'exit');
+      const t0 = Date.now();
+      child.kill('SIGTERM'); // the pnpm process only
+      const [code] = await exited;
+      const elapsed = Date.now() - t0;
+      expect(code).toBe(0);
+      expect(alive(serverPid)).toBe(false);
+      expect(out).toContain('"msg":"shutting down"');
+      // Graceful: it waited for the open request, and no longer than the grace (plus closing).
+      expect(elapsed).toBeGreaterThanOrEqual(GRACE_MS - 200);
+      expect(elapsed).toBeLessThan(GRACE_MS + 5000);
+      expect(fs.existsSync(path.join(dataDir, LOCK_FILE))).toBe(false);
+      await expect(fetch(`${url}/healthz`)).rejects.toThrow();
+      socket.destroy();
+    } finally {
+      if (child.exitCode === null && child.pid) process.kill(-child.pid, 'SIGKILL');
+      if (serverPid && alive(serverPid)) process.kill(serverPid, 'SIGKILL');
+    }
+  }, 300_000);
+});
