@@ -12,6 +12,7 @@ import { Artifacts } from './resources/artifacts.js';
 import { Catalogs } from './resources/catalogs.js';
 import { Chat } from './resources/chat.js';
 import { Insights } from './resources/insights.js';
+import { Models } from './resources/models.js';
 import { Runs } from './resources/runs.js';
 import { Sessions } from './resources/sessions.js';
 import { Storage } from './resources/storage.js';
@@ -100,6 +101,7 @@ export class AiSuite {
   readonly sessions: Sessions;
   readonly insights: Insights;
   readonly artifacts: Artifacts;
+  readonly models: Models;
 
   constructor(opts: ClientOptions = {}) {
     this.apiKey = opts.apiKey ?? (opts.widgetToken ? undefined : env('AI_SUITE_API_KEY'));
@@ -119,6 +121,7 @@ export class AiSuite {
     this.sessions = new Sessions(this);
     this.insights = new Insights(this);
     this.artifacts = new Artifacts(this);
+    this.models = new Models(this);
   }
 
   /** The workspace and key behind the credentials (`GET /me`), fetched once and cached. */

@@ -1,6 +1,7 @@
 export { AiSuite, AiSuite as default, type ClientOptions, type RequestOptions } from './client.js';
 export { APIPromise } from './core/api-promise.js';
 export * from './core/errors.js';
+export { PagePromise, type Paginator } from './core/pagination.js';
 export { readServerSentEvents, readTextChunks, type ServerSentEvent } from './core/sse.js';
 export type { components, paths } from './generated/openapi.js';
 export {
@@ -18,6 +19,7 @@ export type { CreateAgentParams, UpdateAgentParams } from './resources/agents.js
 export { Artifacts } from './resources/artifacts.js';
 export { Chat, ChatStream, type ChatStreamOptions, type ChatStreamParams } from './resources/chat.js';
 export { Conversations, Insights } from './resources/insights.js';
+export { Models } from './resources/models.js';
 export {
   isTerminalRunStatus,
   type PollOptions,
@@ -29,5 +31,11 @@ export {
   TERMINAL_RUN_STATUSES,
 } from './resources/runs.js';
 export type { SendMessageOptions } from './resources/sessions.js';
-export type { ImportFile, ImportParams, StorageFileType, Uploadable } from './resources/storage.js';
+export type {
+  ImportFile,
+  ImportParams,
+  StorageFileType,
+  StorageListQuery,
+  Uploadable,
+} from './resources/storage.js';
 export type * from './resources/types.js';

@@ -334,7 +334,11 @@ export interface paths {
         get?: never;
         put?: never;
         post?: never;
-        delete?: never;
+        /**
+         * Delete a file: its object in the store and its row
+         * @description Extension: not in the interface specification. 404 `File not found` for an unknown id or another workspace's file. A deleted deliverable stays listed on its run, and its download answers 404.
+         */
+        delete: operations["storage-deleteFile"];
         options?: never;
         head?: never;
         /**
@@ -692,6 +696,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/models": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The models a caller may pass as `model`, with kind, context window and prices
+         * @description Extension: not in the interface specification. Lists the active models of the catalog (MODELS_FILE or the CHAT_MODEL / EMBEDDING_MODEL variables); any other `model` is 400 `Invalid model`, whose `details.validModels` names these ids.
+         */
+        get: operations["models-list"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/chat": {
         parameters: {
             query?: never;
@@ -936,36 +960,24 @@ export interface components {
                     enabled?: boolean;
                     /** @enum {string} */
                     scope?: "agent" | "workspace";
-                } & {
-                    [key: string]: unknown;
                 };
                 deliverables?: {
                     enabled?: boolean;
-                } & {
-                    [key: string]: unknown;
                 };
                 tools?: {
                     web_search?: boolean;
                     web_fetch?: boolean;
                     /** @enum {string} */
                     web_provider?: "brave" | "tavily" | "both";
-                } & {
-                    [key: string]: unknown;
                 };
                 mcp_servers?: components["schemas"]["McpServerConfig"][];
-            } & {
-                [key: string]: unknown;
             };
             compute?: {
                 maxIterations?: number;
                 maxWallClockMs?: number;
-            } & {
-                [key: string]: unknown;
             };
             toolAllowlist?: string[] | null;
             customTools?: components["schemas"]["CustomTool"][];
-        } & {
-            [key: string]: unknown;
         };
         McpServerConfig: {
             name: string;
@@ -1433,6 +1445,15 @@ export interface components {
             created_at: string;
             completed_at: string | null;
             error_message: string | null;
+            /** @description What the turn reported but survived, e.g. an unreachable MCP server (docs/agents.md) */
+            warnings: components["schemas"]["TurnWarning"][];
+        };
+        TurnWarning: {
+            /** @description `MCP_SERVER_UNAVAILABLE` */
+            code: string;
+            message: string;
+            /** @description Name of the MCP server concerned */
+            server?: string;
         };
         ToolResultAccepted: {
             accepted: boolean;
@@ -1450,6 +1471,8 @@ export interface components {
                 files: number;
             };
             hasMore: boolean;
+            /** @description Pass as `cursor` for the next page; null on the last page (docs/storage.md) */
+            nextCursor: string | null;
         };
         StorageFile: {
             id: string;
@@ -1478,6 +1501,11 @@ export interface components {
         };
         StorageFileResult: {
             file: components["schemas"]["StorageFile"];
+        };
+        DeletedStorageFile: {
+            /** @constant */
+            deleted: true;
+            fileId: string;
         };
         CreateFolderResult: {
             /** @description false when the folder already existed (the call is idempotent) */
@@ -1747,10 +1775,23 @@ export interface components {
             lastUsedAt: string | null;
             createdAt: string;
         };
+        WidgetTokenList: {
+            data: components["schemas"]["WidgetToken"][];
+            meta: {
+                limit: number;
+                offset: number;
+                total: number;
+            };
+        };
         RunCreated: {
             runId: string;
             sessionId: string;
             created_at: string;
+        };
+        RunList: {
+            runs: components["schemas"]["Run"][];
+            /** @description Runs of the agent, for paging with offset (as the sessions list) */
+            total: number;
         };
         Run: {
             id: string;
@@ -1875,6 +1916,25 @@ export interface components {
             model: string;
             provider_status: string;
             usage_timestamp: string;
+        };
+        ModelList: {
+            models: components["schemas"]["Model"][];
+        };
+        Model: {
+            /** @description The value to pass as `model` (or `llm.componentId`) */
+            id: string;
+            /** @enum {string} */
+            kind: "chat" | "embedding" | "image";
+            /** @description Tokens */
+            contextWindow: number;
+            /** @description USD per million input tokens */
+            inputPricePerMTok: number;
+            /** @description USD per million output tokens */
+            outputPricePerMTok: number;
+            /** @description USD per generated image (image models) */
+            pricePerImage: number | null;
+            /** @description Used when a request names no model of this kind */
+            default: boolean;
         };
         ImportResult: {
             imported: number;
@@ -3286,6 +3346,7 @@ export interface operations {
                 type?: "all" | "images" | "deliverables" | "documents" | "files";
                 limit?: string | number;
                 search?: string;
+                cursor?: string;
             };
             header?: never;
             path: {
@@ -3333,6 +3394,75 @@ export interface operations {
                 };
             };
             /** @description Session not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal server error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "storage-deleteFile": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Must be the workspace of the API key, otherwise 401 */
+                workspaceId: string;
+                fileId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DeletedStorageFile"];
+                };
+            };
+            /** @description Invalid input data */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Insufficient access */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Pack not found */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -4518,7 +4648,10 @@ export interface operations {
     };
     "widgetTokens-list": {
         parameters: {
-            query?: never;
+            query?: {
+                limit?: number;
+                offset?: number;
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -4531,9 +4664,16 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        data: components["schemas"]["WidgetToken"][];
-                    };
+                    "application/json": components["schemas"]["WidgetTokenList"];
+                };
+            };
+            /** @description Invalid input data */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
             /** @description Authorization not provided */
@@ -4547,6 +4687,15 @@ export interface operations {
             };
             /** @description Insufficient access */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Pack not found */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4646,6 +4795,7 @@ export interface operations {
         parameters: {
             query?: {
                 limit?: number;
+                offset?: number;
             };
             header?: never;
             path: {
@@ -4661,9 +4811,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        runs: components["schemas"]["Run"][];
-                    };
+                    "application/json": components["schemas"]["RunList"];
                 };
             };
             /** @description Validation error */
@@ -4986,6 +5134,73 @@ export interface operations {
                 };
             };
             /** @description Session not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal server error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "models-list": {
+        parameters: {
+            query?: {
+                kind?: "chat" | "embedding" | "image";
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ModelList"];
+                };
+            };
+            /** @description Invalid input data */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Insufficient access */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Pack not found */
             404: {
                 headers: {
                     [name: string]: unknown;

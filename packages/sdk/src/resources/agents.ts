@@ -1,5 +1,6 @@
 import type { AiSuite } from '../client.js';
 import type { APIPromise } from '../core/api-promise.js';
+import { PagePromise, singlePage } from '../core/pagination.js';
 import type {
   AgentConfigInput,
   AgentCreated,
@@ -39,8 +40,13 @@ export interface UpdateAgentParams {
 export class Agents {
   constructor(private readonly client: AiSuite) {}
 
-  list(opts: Opts = {}): APIPromise<{ agents: AgentListItem[] }> {
-    return this.client.request({ method: 'GET', path: '/managed-agents/agents', ...opts });
+  /** Await for `{ agents }`, or `for await (const agent of client.agents.list())`. */
+  list(opts: Opts = {}): PagePromise<{ agents: AgentListItem[] }, AgentListItem> {
+    return new PagePromise(
+      () => this.client.request({ method: 'GET', path: '/managed-agents/agents', ...opts }),
+      {},
+      singlePage((b) => b.agents),
+    );
   }
 
   create(body: CreateAgentParams, opts: Opts = {}): APIPromise<{ agent: AgentCreated }> {

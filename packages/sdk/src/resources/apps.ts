@@ -1,5 +1,6 @@
 import type { AiSuite } from '../client.js';
 import type { APIPromise } from '../core/api-promise.js';
+import { dataMetaPages, PagePromise } from '../core/pagination.js';
 import { AppChatStream } from '../lib/app-chat-stream.js';
 import type {
   App,
@@ -14,6 +15,7 @@ import type {
   AppThread,
   AppThreadCreateParams,
   AppThreadList,
+  AppThreadMessage,
   AppThreadMessageList,
   AppThreadUpdateParams,
   AppUpdateParams,
@@ -22,6 +24,8 @@ import type {
 interface Opts {
   signal?: AbortSignal;
 }
+type OffsetQuery = { limit?: number; offset?: number };
+type ThreadListQuery = OffsetQuery & { status?: AppThread['status'] };
 
 const seg = encodeURIComponent;
 
@@ -32,10 +36,15 @@ export class AppThreads {
   /** Newest first; `limit` default 20 (capped at 100). */
   list(
     appId: string,
-    query: { limit?: number; offset?: number; status?: AppThread['status'] } = {},
+    query: ThreadListQuery = {},
     opts: Opts = {},
-  ): APIPromise<AppThreadList> {
-    return this.client.request({ method: 'GET', path: `/apps/${seg(appId)}/memory/threads`, query, ...opts });
+  ): PagePromise<AppThreadList, AppThread, ThreadListQuery> {
+    return new PagePromise(
+      (q) =>
+        this.client.request({ method: 'GET', path: `/apps/${seg(appId)}/memory/threads`, query: q, ...opts }),
+      query,
+      dataMetaPages(),
+    );
   }
 
   /** Title defaults to `New Thread`, metadata to `{}`. */
@@ -86,15 +95,20 @@ export class AppThreads {
   messages(
     appId: string,
     threadId: string,
-    query: { limit?: number; offset?: number } = {},
+    query: OffsetQuery = {},
     opts: Opts = {},
-  ): APIPromise<AppThreadMessageList> {
-    return this.client.request({
-      method: 'GET',
-      path: `/apps/${seg(appId)}/memory/threads/${seg(threadId)}/messages`,
+  ): PagePromise<AppThreadMessageList, AppThreadMessage, OffsetQuery> {
+    return new PagePromise(
+      (q) =>
+        this.client.request({
+          method: 'GET',
+          path: `/apps/${seg(appId)}/memory/threads/${seg(threadId)}/messages`,
+          query: q,
+          ...opts,
+        }),
       query,
-      ...opts,
-    });
+      dataMetaPages(),
+    );
   }
 }
 
@@ -110,8 +124,12 @@ export class Apps {
     return (await this.client.request<{ app: App }>({ method: 'POST', path: '/apps', body, ...opts })).app;
   }
 
-  list(query: { limit?: number; offset?: number } = {}, opts: Opts = {}): APIPromise<AppList> {
-    return this.client.request({ method: 'GET', path: '/apps', query, ...opts });
+  list(query: OffsetQuery = {}, opts: Opts = {}): PagePromise<AppList, App, OffsetQuery> {
+    return new PagePromise(
+      (q) => this.client.request({ method: 'GET', path: '/apps', query: q, ...opts }),
+      query,
+      dataMetaPages(),
+    );
   }
 
   async get(appId: string, opts: Opts = {}): Promise<App> {

@@ -1,5 +1,6 @@
 import type { AiSuite } from '../client.js';
 import type { APIPromise } from '../core/api-promise.js';
+import { PagePromise, singlePage } from '../core/pagination.js';
 import type { IntegrationPack, PackSkill, PackTool, PlatformTool } from './types.js';
 
 /** The public catalogs (no credentials sent). */
@@ -7,8 +8,12 @@ export class Catalogs {
   constructor(private readonly client: AiSuite) {}
 
   /** Active integration packs, ordered by name. */
-  listPacks(opts: { signal?: AbortSignal } = {}): APIPromise<{ packs: IntegrationPack[] }> {
-    return this.client.request({ method: 'GET', path: '/integration-packs', noAuth: true, ...opts });
+  listPacks(opts: { signal?: AbortSignal } = {}): PagePromise<{ packs: IntegrationPack[] }, IntegrationPack> {
+    return new PagePromise(
+      () => this.client.request({ method: 'GET', path: '/integration-packs', noAuth: true, ...opts }),
+      {},
+      singlePage((b) => b.packs),
+    );
   }
 
   /** A pack with its tools and skills; `NotFoundError` (`Pack not found`) otherwise. */
@@ -28,13 +33,18 @@ export class Catalogs {
   listPlatformTools(
     filter: { agentKind?: string; runtimeMode?: 'assist' | 'autonomous' } = {},
     opts: { signal?: AbortSignal } = {},
-  ): APIPromise<{ tools: PlatformTool[] }> {
-    return this.client.request({
-      method: 'GET',
-      path: '/platform-tools',
-      query: filter,
-      noAuth: true,
-      ...opts,
-    });
+  ): PagePromise<{ tools: PlatformTool[] }, PlatformTool> {
+    return new PagePromise(
+      () =>
+        this.client.request({
+          method: 'GET',
+          path: '/platform-tools',
+          query: filter,
+          noAuth: true,
+          ...opts,
+        }),
+      {},
+      singlePage((b) => b.tools),
+    );
   }
 }

@@ -1,6 +1,11 @@
 import type { AiSuite } from '../client.js';
-import type { APIPromise } from '../core/api-promise.js';
-import type { ConversationDetail, ConversationList, ConversationListParams } from './types.js';
+import { dataMetaPages, PagePromise } from '../core/pagination.js';
+import type {
+  ConversationDetail,
+  ConversationList,
+  ConversationListParams,
+  ConversationSummary,
+} from './types.js';
 
 const BASE = '/insights/conversations';
 
@@ -21,9 +26,17 @@ export class Conversations {
    * inclusive, on `updated_at`); `app_id` (one or several); `user_key` (external user id,
    * anonymous visitor id or session id); `status`.
    */
-  list(query: ConversationListParams = {}, opts: Opts = {}): APIPromise<ConversationList> {
-    return this.client.inWorkspace(BASE, (path) =>
-      this.client.request({ method: 'GET', path, query, ...opts }),
+  list(
+    query: ConversationListParams = {},
+    opts: Opts = {},
+  ): PagePromise<ConversationList, ConversationSummary, ConversationListParams> {
+    return new PagePromise(
+      (q) =>
+        this.client.inWorkspace(BASE, (path) =>
+          this.client.request({ method: 'GET', path, query: q, ...opts }),
+        ),
+      query,
+      dataMetaPages(),
     );
   }
 

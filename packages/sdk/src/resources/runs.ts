@@ -1,7 +1,8 @@
 import type { AiSuite } from '../client.js';
 import type { APIPromise } from '../core/api-promise.js';
 import { AiSuiteError, APIUserAbortError } from '../core/errors.js';
-import type { Run, RunArtifact, RunCreated, RunDetail, RunMetadata } from './types.js';
+import { offsetPages, PagePromise } from '../core/pagination.js';
+import type { Run, RunArtifact, RunCreated, RunDetail, RunList, RunMetadata } from './types.js';
 
 export interface RunCreateParams {
   /** What the agent should do. */
@@ -97,9 +98,20 @@ export class Runs {
     return this.client.request({ method: 'POST', path: this.base(agentId), body: params, ...opts });
   }
 
-  /** Runs of the agent, newest first (`limit` 1 to 100, default 25). */
-  list(agentId: string, query: { limit?: number } = {}, opts: Opts = {}): APIPromise<{ runs: Run[] }> {
-    return this.client.request({ method: 'GET', path: this.base(agentId), query, ...opts });
+  /** Runs of the agent, newest first (`limit` 1 to 100, default 25); iterate for all of them. */
+  list(
+    agentId: string,
+    query: { limit?: number; offset?: number } = {},
+    opts: Opts = {},
+  ): PagePromise<RunList, Run, { limit?: number; offset?: number }> {
+    return new PagePromise(
+      (q) => this.client.request({ method: 'GET', path: this.base(agentId), query: q, ...opts }),
+      query,
+      offsetPages(
+        (b) => b.runs,
+        (b) => b.total,
+      ),
+    );
   }
 
   /** The run with its events and artifacts; `withResponse()` exposes the poll hint headers. */

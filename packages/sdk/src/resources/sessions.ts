@@ -1,5 +1,6 @@
 import type { AiSuite } from '../client.js';
 import type { APIPromise } from '../core/api-promise.js';
+import { offsetPages, PagePromise } from '../core/pagination.js';
 import { AgentTurnStream, type ToolHandlers } from '../lib/agent-stream.js';
 import { enc } from './agents.js';
 import type { AgentSession, SessionTimeline, ToolResultAccepted } from './types.js';
@@ -23,17 +24,30 @@ export interface SendMessageOptions {
 export class Sessions {
   constructor(private readonly client: AiSuite) {}
 
+  /** Newest first, `limit` 1..100 (default 25); iterate for every session of the agent. */
   list(
     agentId: string,
     query: { limit?: number; offset?: number } = {},
     opts: Opts = {},
-  ): APIPromise<{ sessions: AgentSession[]; total: number }> {
-    return this.client.request({
-      method: 'GET',
-      path: `/managed-agents/agents/${enc(agentId)}/sessions`,
+  ): PagePromise<
+    { sessions: AgentSession[]; total: number },
+    AgentSession,
+    { limit?: number; offset?: number }
+  > {
+    return new PagePromise(
+      (q) =>
+        this.client.request({
+          method: 'GET',
+          path: `/managed-agents/agents/${enc(agentId)}/sessions`,
+          query: q,
+          ...opts,
+        }),
       query,
-      ...opts,
-    });
+      offsetPages(
+        (b) => b.sessions,
+        (b) => b.total,
+      ),
+    );
   }
 
   create(

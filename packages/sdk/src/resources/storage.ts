@@ -1,5 +1,6 @@
 import type { AiSuite } from '../client.js';
 import type { APIPromise } from '../core/api-promise.js';
+import { cursorPages, PagePromise } from '../core/pagination.js';
 import type {
   CreateFolderResult,
   GitHostImportResult,
@@ -13,6 +14,13 @@ import type {
 } from './types.js';
 
 export type StorageFileType = 'image' | 'deliverable' | 'document' | 'file';
+
+export type StorageListQuery = {
+  type?: 'all' | 'images' | 'deliverables' | 'documents' | 'files';
+  limit?: number;
+  search?: string;
+  cursor?: string;
+};
 
 /**
  * What an upload can be: bytes (`Uint8Array`/`Buffer`), a `Blob`/`File`, a web
@@ -134,16 +142,26 @@ export class Storage {
     return this.client.inWorkspace('/storage', fn);
   }
 
-  /** Files, newest first: `type` (default `all`), `limit` (default 50, max 200), `search` (filename). */
+  /**
+   * Files, newest first: `type` (default `all`), `limit` (default 50, max 200), `search`
+   * (filename), `cursor` (a page's `nextCursor`). Iterate for every file of the filter.
+   */
   list(
-    query: {
-      type?: 'all' | 'images' | 'deliverables' | 'documents' | 'files';
-      limit?: number;
-      search?: string;
-    } = {},
+    query: StorageListQuery = {},
     opts: Opts = {},
-  ): APIPromise<StorageList> {
-    return this.call((b) => this.client.request({ method: 'GET', path: b, query, ...opts }));
+  ): PagePromise<StorageList, StorageFile, StorageListQuery> {
+    return new PagePromise(
+      (q) => this.call((b) => this.client.request({ method: 'GET', path: b, query: q, ...opts })),
+      query,
+      cursorPages((b) => b.files),
+    );
+  }
+
+  /** Deletes a file: its object and its row. `NotFoundError` (`File not found`) otherwise. */
+  delete(fileId: string, opts: Opts = {}): APIPromise<{ deleted: true; fileId: string }> {
+    return this.call((b) =>
+      this.client.request({ method: 'DELETE', path: `${b}/files/${encodeURIComponent(fileId)}`, ...opts }),
+    );
   }
 
   /** The raw content as a `Response` (`.text()`, `.arrayBuffer()`, `.body` stream). */

@@ -3,6 +3,8 @@ import type { components } from '../generated/openapi.js';
 type Schemas = components['schemas'];
 
 export type Me = Schemas['Me'];
+export type Model = Schemas['Model'];
+export type ModelList = Schemas['ModelList'];
 export type IntegrationPack = Schemas['IntegrationPack'];
 export type PackTool = Schemas['PackTool'];
 export type PackSkill = Schemas['PackSkill'];
@@ -43,6 +45,7 @@ export type AppThreadMessageList = Schemas['AppThreadMessageList'];
 export type AppMemoryStatus = Schemas['AppMemoryStatus'];
 export type AppSaveMessagesResult = Schemas['AppSaveMessagesResult'];
 export type WidgetToken = Schemas['WidgetToken'];
+export type WidgetTokenList = Schemas['WidgetTokenList'];
 export type CreatedWidgetToken = Schemas['CreatedWidgetToken'];
 
 export type AppCreateParams = JsonBody<'apps-create'>;
@@ -63,6 +66,7 @@ export type AgentSession = Schemas['AgentSession'];
 export type SessionTimeline = Schemas['SessionTimeline'];
 export type ToolResultAccepted = Schemas['ToolResultAccepted'];
 export type Run = Schemas['Run'];
+export type RunList = Schemas['RunList'];
 export type RunCreated = Schemas['RunCreated'];
 export type RunDetail = Schemas['RunDetail'];
 export type RunEvent = Schemas['RunEvent'];

@@ -1,6 +1,7 @@
 import type { AiSuite } from '../client.js';
 import type { APIPromise } from '../core/api-promise.js';
-import type { CreatedWidgetToken, WidgetToken, WidgetTokenCreateParams } from './types.js';
+import { dataMetaPages, PagePromise } from '../core/pagination.js';
+import type { CreatedWidgetToken, WidgetToken, WidgetTokenCreateParams, WidgetTokenList } from './types.js';
 
 /**
  * Widget tokens for browser widgets (server side, API key only): issue one per page view or
@@ -17,8 +18,16 @@ export class WidgetTokens {
     return this.client.request({ method: 'POST', path: '/widget-tokens', body, maxRetries: 0, ...opts });
   }
 
-  list(opts: { signal?: AbortSignal } = {}): APIPromise<{ data: WidgetToken[] }> {
-    return this.client.request({ method: 'GET', path: '/widget-tokens', ...opts });
+  /** Newest first, `limit` default 50 (clamped to 1..200); iterate for every token. */
+  list(
+    query: { limit?: number; offset?: number } = {},
+    opts: { signal?: AbortSignal } = {},
+  ): PagePromise<WidgetTokenList, WidgetToken, { limit?: number; offset?: number }> {
+    return new PagePromise(
+      (q) => this.client.request({ method: 'GET', path: '/widget-tokens', query: q, ...opts }),
+      query,
+      dataMetaPages(),
+    );
   }
 
   /** Takes effect on the token's next request. */
