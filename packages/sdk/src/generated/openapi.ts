@@ -3435,7 +3435,7 @@ export interface operations {
                     "application/json": components["schemas"]["DeletedStorageFile"];
                 };
             };
-            /** @description Invalid input data */
+            /** @description Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -3462,7 +3462,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Pack not found */
+            /** @description Session not found */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -4667,7 +4667,7 @@ export interface operations {
                     "application/json": components["schemas"]["WidgetTokenList"];
                 };
             };
-            /** @description Invalid input data */
+            /** @description Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -4694,7 +4694,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Pack not found */
+            /** @description Session not found */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -5173,7 +5173,7 @@ export interface operations {
                     "application/json": components["schemas"]["ModelList"];
                 };
             };
-            /** @description Invalid input data */
+            /** @description Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -5200,7 +5200,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Pack not found */
+            /** @description Session not found */
             404: {
                 headers: {
                     [name: string]: unknown;

@@ -41,6 +41,7 @@ const RULES: { name: string; match: RegExp; kinds: PrincipalKind[] }[] = [
   { name: 'apps management (extension)', match: /^\/apps(\/\{appId\})?$/, kinds: ['apiKey'] },
   { name: 'widget token issuance (extension)', match: /^\/widget-tokens(\/|$)/, kinds: ['apiKey'] },
   { name: '/me (extension)', match: /^\/me$/, kinds: ['apiKey'] },
+  { name: 'model catalog (extension)', match: /^\/models$/, kinds: ['apiKey'] },
 ];
 
 const ALL_KINDS = ['apiKey', 'session', 'widget'] as const;
