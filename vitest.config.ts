@@ -38,7 +38,13 @@ export default defineConfig({
           name: 'examples',
           root: './examples',
           // Examples run against the SDK source (the published package resolves to its build).
-          alias: { '@ai-suite/sdk': new URL('./packages/sdk/src/index.ts', import.meta.url).pathname },
+          alias: {
+            '@ai-suite/sdk': new URL('./packages/sdk/src/index.ts', import.meta.url).pathname,
+            // For readme-commands.test.ts, which belongs to no example package.
+            '@ai-suite/server/test-harness': new URL('./packages/server/src/test/harness.ts', import.meta.url)
+              .pathname,
+            '@ai-suite/server': new URL('./packages/server/src/index.ts', import.meta.url).pathname,
+          },
           include: ['**/*.test.ts'],
           exclude: ['**/node_modules/**'],
           globalSetup: ['../packages/server/src/test/global-setup.ts'],

@@ -1,6 +1,8 @@
 import { createHmac, timingSafeEqual } from 'node:crypto';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
 import { AiSuite } from '@ai-suite/sdk';
 
 /**
@@ -122,7 +124,10 @@ export async function runExample(
   }
 }
 
-if (import.meta.url === `file://${process.argv[1]}`) {
+const isMain =
+  process.argv[1] && path.resolve(process.argv[1]) === path.resolve(new URL(import.meta.url).pathname);
+if (isMain) {
+  parseArgs({ allowPositionals: true }); // takes no arguments; a stray `--` is harmless
   runExample({ log: (line) => console.log(line) }).catch((err) => {
     console.error(err);
     process.exit(1);

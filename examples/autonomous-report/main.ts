@@ -1,7 +1,7 @@
 /**
  * examples/autonomous-report: hand an agent a task, come back for the result.
  *
- *   AI_SUITE_API_KEY=svc_ai_… AI_SUITE_BASE_URL=http://localhost:8080 pnpm start -- "Write the weekly report"
+ *   AI_SUITE_API_KEY=svc_ai_… pnpm --filter @ai-suite/example-autonomous-report start -- "Write the weekly report"
  *
  * Creates (or reuses, with AGENT_ID) an agent with deliverables enabled, starts an autonomous
  * run through `client.runs.createAndPoll` (which waits as long as the server's
@@ -10,6 +10,7 @@
 import { randomUUID } from 'node:crypto';
 import fs from 'node:fs/promises';
 import path from 'node:path';
+import { parseArgs } from 'node:util';
 import { AiSuite } from '@ai-suite/sdk';
 
 export interface ReportOptions {
@@ -63,7 +64,9 @@ export async function runReport(opts: ReportOptions) {
 const isMain =
   process.argv[1] && path.resolve(process.argv[1]) === path.resolve(new URL(import.meta.url).pathname);
 if (isMain) {
-  const task = process.argv.slice(2).join(' ').trim() || 'Write a short weekly status report as report.md';
+  // parseArgs ends options at `--`, so `pnpm … start -- "task"` and `pnpm … start "task"` are the same.
+  const { positionals } = parseArgs({ allowPositionals: true });
+  const task = positionals.join(' ').trim() || 'Write a short weekly status report as report.md';
   runReport({
     client: new AiSuite(),
     task,

@@ -3,13 +3,14 @@
  * the API key (never sent to the browser), mints a short-lived widget token bound to its own
  * origin for each page load, and serves the static page with the widget script bundled.
  *
- *   AI_SUITE_API_KEY=svc_ai_… AI_SUITE_BASE_URL=http://localhost:8080 APP_ID=… pnpm start
+ *   AI_SUITE_API_KEY=svc_ai_… pnpm --filter @ai-suite/example-chat-widget start   (APP_ID=… reuses an app)
  */
 import fs from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
 import * as esbuild from 'esbuild';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -99,20 +100,32 @@ export async function startChatWidgetServer(opts: ChatWidgetServerOptions): Prom
   };
 }
 
+/** Creates an app for the widget (server to server, with the API key). */
+async function createApp(apiBaseURL: string, apiKey: string): Promise<string> {
+  const r = await fetch(`${api(apiBaseURL)}/apps`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${apiKey}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ name: 'Chat widget example', systemPrompt: 'You are a friendly shop assistant.' }),
+  });
+  const body = (await r.json()) as { app?: { id: string }; error?: string };
+  if (!r.ok || !body.app) throw new Error(body.error ?? `create app: HTTP ${r.status}`);
+  return body.app.id;
+}
+
 if (process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
+  parseArgs({ allowPositionals: true }); // takes no arguments; a stray `--` is harmless
   const apiKey = process.env.AI_SUITE_API_KEY;
-  const appId = process.env.APP_ID;
-  if (!apiKey || !appId) {
-    process.stderr.write(
-      'Set AI_SUITE_API_KEY and APP_ID (and AI_SUITE_BASE_URL, default http://localhost:8080)\n',
-    );
+  if (!apiKey) {
+    process.stderr.write('Set AI_SUITE_API_KEY (and AI_SUITE_BASE_URL, default http://localhost:8080)\n');
     process.exit(1);
   }
+  const apiBaseURL = process.env.AI_SUITE_BASE_URL ?? 'http://localhost:8080';
+  const appId = process.env.APP_ID || (await createApp(apiBaseURL, apiKey));
   const srv = await startChatWidgetServer({
-    apiBaseURL: process.env.AI_SUITE_BASE_URL ?? 'http://localhost:8080',
+    apiBaseURL,
     apiKey,
     appId,
     port: Number(process.env.PORT ?? 5173),
   });
-  process.stdout.write(`chat widget on ${srv.url}\n`);
+  process.stdout.write(`chat widget for app ${appId} on ${srv.url}\n`);
 }

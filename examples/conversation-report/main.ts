@@ -1,7 +1,7 @@
 /**
  * examples/conversation-report: what your app's users talked about, as a board-ready report.
  *
- *   AI_SUITE_API_KEY=svc_ai_… AI_SUITE_BASE_URL=http://localhost:8080 pnpm start -- 2026-11-01 2026-11-30
+ *   AI_SUITE_API_KEY=svc_ai_… pnpm --filter @ai-suite/example-conversation-report start -- 2026-11-01 2026-11-30
  *
  * Reads every conversation of the period through `client.insights.conversations` (paging
  * through the list, then the detail of the most expensive ones for samples), aggregates them
@@ -10,6 +10,7 @@
  * as Markdown.
  */
 import path from 'node:path';
+import { parseArgs } from 'node:util';
 import { AiSuite, type ConversationSummary, type InsightReport } from '@ai-suite/sdk';
 
 export interface ConversationReportOptions {
@@ -22,17 +23,14 @@ export interface ConversationReportOptions {
   log?: (line: string) => void;
 }
 
-/** Every conversation of the period: the list is paged 100 at a time. */
+/** Every conversation of the period: the SDK walks the list's pages, 100 at a time. */
 export async function allConversations(
   client: AiSuite,
   query: { from?: string; to?: string },
 ): Promise<ConversationSummary[]> {
   const out: ConversationSummary[] = [];
-  for (let offset = 0; ; offset += 100) {
-    const page = await client.insights.conversations.list({ ...query, limit: 100, offset });
-    out.push(...page.data);
-    if (out.length >= page.meta.total || page.data.length === 0) return out;
-  }
+  for await (const c of client.insights.conversations.list({ ...query, limit: 100 })) out.push(c);
+  return out;
 }
 
 const round = (n: number, digits = 6) => Number(n.toFixed(digits));
@@ -129,7 +127,8 @@ export function toMarkdown(r: InsightReport): string {
 const isMain =
   process.argv[1] && path.resolve(process.argv[1]) === path.resolve(new URL(import.meta.url).pathname);
 if (isMain) {
-  const [from, to] = process.argv.slice(2);
+  // parseArgs ends options at `--`, so `pnpm … start -- 2026-11-01` and `pnpm … start 2026-11-01` agree.
+  const [from, to] = parseArgs({ allowPositionals: true }).positionals;
   conversationReport({ client: new AiSuite(), from, to, log: (l) => console.error(l) }).then(
     (r) => console.log(toMarkdown(r.report)),
     (err) => {

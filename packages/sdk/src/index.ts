@@ -15,6 +15,7 @@ export {
   type ToolHandlers,
 } from './lib/agent-stream.js';
 export { AppChatStream, AppChatStreamError } from './lib/app-chat-stream.js';
+export { MissingToolHandlerError, type PendingToolCall } from './lib/tools.js';
 export type { CreateAgentParams, UpdateAgentParams } from './resources/agents.js';
 export { Artifacts } from './resources/artifacts.js';
 export { Chat, ChatStream, type ChatStreamOptions, type ChatStreamParams } from './resources/chat.js';

@@ -1,3 +1,4 @@
+export * from './fake-demo.js';
 export * from './fake-openai.js';
 export * from './fake-search.js';
 export {

@@ -1,6 +1,9 @@
 import type { AiSuite } from '../client.js';
 import { AiSuiteError, APIUserAbortError } from '../core/errors.js';
 import { readServerSentEvents } from '../core/sse.js';
+import { answerToolCall, MissingToolHandlerError, type PendingToolCall, type ToolHandlers } from './tools.js';
+
+export type { ToolHandler, ToolHandlerContext, ToolHandlers } from './tools.js';
 
 /** The events of a managed-agent turn (docs/agents.md). */
 export type AgentEvent =
@@ -25,6 +28,7 @@ export type AgentEvent =
       result?: unknown;
       error?: string;
     }
+  | { type: 'warning'; runId: string; code: string; message: string; server?: string }
   | { type: 'error'; code: string; message: string }
   | { type: 'run.completed'; runId: string }
   | { type: 'run.failed'; runId: string; error: string }
@@ -32,15 +36,6 @@ export type AgentEvent =
 
 export type AgentEventType = AgentEvent['type'];
 export type AgentEventOf<T extends AgentEventType> = Extract<AgentEvent, { type: T }>;
-
-export interface ToolHandlerContext {
-  toolCallId: string;
-  runId: string;
-  sessionId: string;
-  signal: AbortSignal;
-}
-export type ToolHandler = (args: any, ctx: ToolHandlerContext) => unknown | Promise<unknown>;
-export type ToolHandlers = Record<string, ToolHandler>;
 
 /** The turn ended with `run.failed` or `run.cancelled`. */
 export class AgentRunError extends AiSuiteError {
@@ -55,6 +50,8 @@ export class AgentRunError extends AiSuiteError {
 }
 
 const TERMINAL = new Set(['run.completed', 'run.failed', 'run.cancelled']);
+/** How long a stream must stay quiet on an unanswered call before it counts as a live wait. */
+const UNANSWERED_QUIET_MS = 1000;
 
 interface StreamSource {
   /** Opens the first connection (POST messages); absent when re-attaching to `runId`. */
@@ -68,8 +65,10 @@ interface StreamSource {
 
 /**
  * One turn's event stream: an `AsyncIterable<AgentEvent>` (iterate once), with `on()`
- * listeners and `finalText()`. Integrator tools with a handler run automatically; a dropped
- * connection reconnects with `Last-Event-ID`, so no event is lost or repeated.
+ * listeners and `finalText()`. Integrator tools with a handler run automatically; a pending
+ * call without one reaches whoever iterates (`tool_call.pending`), and fails `finalText()` /
+ * `done()` with `MissingToolHandlerError`. A dropped connection reconnects with
+ * `Last-Event-ID`, so no event is lost or repeated.
  */
 export class AgentTurnStream implements AsyncIterable<AgentEvent> {
   private readonly controller = new AbortController();
@@ -77,6 +76,10 @@ export class AgentTurnStream implements AsyncIterable<AgentEvent> {
   private readonly handled = new Set<string>();
   private readonly toolTasks: Promise<void>[] = [];
   private iterating = false;
+  /** Set by `done()`/`finalText()`: nobody else sees a pending call, so one without handler fails. */
+  private collecting = false;
+  /** Pending calls without a handler, not answered yet (tracked only when collecting). */
+  private readonly unanswered = new Map<string, PendingToolCall>();
   private consumed: Promise<AgentEvent[]> | undefined;
   private runIdValue: string | undefined;
   private lastEventId: string | undefined;
@@ -118,8 +121,13 @@ export class AgentTurnStream implements AsyncIterable<AgentEvent> {
     return this.client.sessions.cancel(this.sessionId, runId);
   }
 
-  /** Consumes the stream; resolves to every event. */
+  /**
+   * Consumes the stream; resolves to every event. A pending integrator tool without a handler
+   * in `tools` (and no `tool_call.pending` listener) rejects at once with
+   * `MissingToolHandlerError` naming the tool, rather than waiting for the tool deadline.
+   */
   done(): Promise<AgentEvent[]> {
+    this.collecting = true;
     this.consumed ??= (async () => {
       const all: AgentEvent[] = [];
       for await (const e of this) all.push(e);
@@ -161,8 +169,14 @@ export class AgentTurnStream implements AsyncIterable<AgentEvent> {
         }
         first = false;
         let ended = false;
+        const messages = readServerSentEvents(response.body as ReadableStream<Uint8Array>)[
+          Symbol.asyncIterator
+        ]();
         try {
-          for await (const msg of readServerSentEvents(response.body as ReadableStream<Uint8Array>)) {
+          for (;;) {
+            const next = await this.nextOrUnanswered(messages);
+            if (next.done) break;
+            const msg = next.value;
             if (!msg.data) continue;
             const event = JSON.parse(msg.data) as AgentEvent;
             if (msg.id !== undefined) this.lastEventId = msg.id;
@@ -175,6 +189,7 @@ export class AgentTurnStream implements AsyncIterable<AgentEvent> {
             }
           }
         } catch (err) {
+          if (err instanceof MissingToolHandlerError) throw err;
           if (this.controller.signal.aborted) throw new APIUserAbortError();
           if (!this.runIdValue || reconnects++ >= maxReconnects) throw err;
           continue;
@@ -189,6 +204,27 @@ export class AgentTurnStream implements AsyncIterable<AgentEvent> {
     } finally {
       this.controller.abort();
     }
+  }
+
+  /**
+   * The next SSE message; but while a pending call nobody handles is unanswered and the stream
+   * stays quiet for `UNANSWERED_QUIET_MS`, `MissingToolHandlerError` instead. The quiet period
+   * tells a live wait from a replay (re-attaching replays a pending call together with its
+   * later `tool_call.completed`, in one burst).
+   */
+  private async nextOrUnanswered<T>(it: AsyncIterator<T>): Promise<IteratorResult<T>> {
+    const next = it.next();
+    if (this.unanswered.size === 0) return next;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const quiet = new Promise<'quiet'>((r) => {
+      timer = setTimeout(() => r('quiet'), UNANSWERED_QUIET_MS);
+    });
+    const first = await Promise.race([next, quiet]);
+    clearTimeout(timer);
+    if (first !== 'quiet') return first;
+    void next.catch(() => undefined);
+    const [call] = this.unanswered.values();
+    throw new MissingToolHandlerError(call as PendingToolCall, this.sessionId);
   }
 
   private reopen(): Promise<Response> {
@@ -208,33 +244,18 @@ export class AgentTurnStream implements AsyncIterable<AgentEvent> {
   private dispatch(event: AgentEvent): void {
     for (const fn of [...(this.listeners.get(event.type) ?? []), ...(this.listeners.get('*') ?? [])])
       fn(event);
-    if (event.type === 'tool_call.pending') {
+    if (event.type === 'tool_call.pending' && !this.handled.has(event.toolCallId)) {
       const handler = this.source.tools?.[event.name];
-      if (handler && !this.handled.has(event.toolCallId)) {
+      if (handler) {
         this.handled.add(event.toolCallId);
-        this.toolTasks.push(this.runTool(handler, event));
+        this.toolTasks.push(
+          answerToolCall(this.client, this.sessionId, handler, event, this.controller.signal),
+        );
+      } else if (this.collecting && !this.listeners.has('tool_call.pending')) {
+        this.unanswered.set(event.toolCallId, event);
       }
     }
-  }
-
-  private async runTool(handler: ToolHandler, event: AgentEventOf<'tool_call.pending'>): Promise<void> {
-    let body: { toolCallId: string; result: unknown } | { toolCallId: string; error: string };
-    try {
-      const result = await handler(event.arguments, {
-        toolCallId: event.toolCallId,
-        runId: event.runId,
-        sessionId: this.sessionId,
-        signal: this.controller.signal,
-      });
-      body = { toolCallId: event.toolCallId, result: result === undefined ? null : result };
-    } catch (err) {
-      body = { toolCallId: event.toolCallId, error: err instanceof Error ? err.message : String(err) };
-    }
-    try {
-      await this.client.sessions.submitToolResult(this.sessionId, body);
-    } catch {
-      // The deadline or a repeated post may have settled it already; the stream tells.
-    }
+    if (event.type === 'tool_call.completed') this.unanswered.delete(event.toolCallId);
   }
 
   private async waitForRunId(): Promise<string> {

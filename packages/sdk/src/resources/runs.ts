@@ -2,6 +2,12 @@ import type { AiSuite } from '../client.js';
 import type { APIPromise } from '../core/api-promise.js';
 import { AiSuiteError, APIUserAbortError } from '../core/errors.js';
 import { offsetPages, PagePromise } from '../core/pagination.js';
+import {
+  answerToolCall,
+  MissingToolHandlerError,
+  type PendingToolCall,
+  type ToolHandlers,
+} from '../lib/tools.js';
 import type { Run, RunArtifact, RunCreated, RunDetail, RunList, RunMetadata } from './types.js';
 
 export interface RunCreateParams {
@@ -23,6 +29,12 @@ export interface PollOptions {
   timeoutMs?: number;
   /** Called with every fetched state, terminal included. */
   onUpdate?: (detail: RunDetail) => void;
+  /**
+   * Handlers of integrator-owned tools, as for `sessions.send`: a pending call found while
+   * polling runs its handler and posts the result (the run resumes). A pending call without a
+   * handler throws `MissingToolHandlerError` at once.
+   */
+  tools?: ToolHandlers;
 }
 
 interface Opts {
@@ -31,6 +43,24 @@ interface Opts {
 
 export const TERMINAL_RUN_STATUSES = ['completed', 'failed', 'cancelled'] as const;
 export const isTerminalRunStatus = (s: string) => (TERMINAL_RUN_STATUSES as readonly string[]).includes(s);
+
+/** Tool calls of the run still waiting for the integrator: pending, with no result event yet. */
+function pendingToolCalls(detail: RunDetail): PendingToolCall[] {
+  const settled = new Set(
+    detail.events
+      .filter((e) => e.event_type === 'tool_call.completed')
+      .map((e) => String(e.payload.toolCallId)),
+  );
+  return detail.events
+    .filter((e) => e.event_type === 'tool_call.pending' && !settled.has(String(e.payload.toolCallId)))
+    .map((e) => ({
+      toolCallId: String(e.payload.toolCallId),
+      runId: detail.run.id,
+      name: String(e.payload.name),
+      arguments: e.payload.arguments,
+      deadline: typeof e.payload.deadline === 'string' ? e.payload.deadline : undefined,
+    }));
+}
 
 /** `poll` gave up before the run ended. */
 export class RunPollTimeoutError extends AiSuiteError {
@@ -127,12 +157,25 @@ export class Runs {
   async poll(agentId: string, runId: string, opts: PollOptions = {}): Promise<RunDetail> {
     const deadline = opts.timeoutMs === undefined ? Number.POSITIVE_INFINITY : Date.now() + opts.timeoutMs;
     let last: RunDetail | undefined;
+    const answered = new Set<string>();
+    const signal = opts.signal ?? new AbortController().signal;
     for (;;) {
       const { data, response } = await this.get(agentId, runId, { signal: opts.signal }).withResponse();
       last = data;
       opts.onUpdate?.(data);
       if (isTerminalRunStatus(data.run.status)) return data;
-      const wait = pollDelay(response.headers, opts.intervalMs ?? 2000);
+      const calls = pendingToolCalls(data).filter((c) => !answered.has(c.toolCallId));
+      for (const call of calls) {
+        const handler = opts.tools?.[call.name];
+        if (!handler) throw new MissingToolHandlerError(call, data.run.session_id);
+        answered.add(call.toolCallId);
+        await answerToolCall(this.client, data.run.session_id, handler, call, signal);
+      }
+      // Right after answering, the run resumes: look again soon rather than after the hint.
+      const wait =
+        calls.length > 0
+          ? Math.min(250, opts.intervalMs ?? 250)
+          : pollDelay(response.headers, opts.intervalMs ?? 2000);
       if (Date.now() + wait > deadline) throw new RunPollTimeoutError(runId, last);
       await sleep(wait, opts.signal);
     }

@@ -161,7 +161,7 @@ describe('principal kinds of every operation', () => {
       }
     }
     expect(mismatches).toEqual([]);
-  });
+  }, 180_000); // five credentials for each of ~80 operations, one request at a time on a loaded machine
 
   it('covers every kind somewhere', () => {
     const seen = new Set(RULES.flatMap((r) => r.kinds));
