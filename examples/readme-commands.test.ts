@@ -13,7 +13,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
  * Every example's README, run as written: the fake model started by the README's own command
  * (`pnpm fake-model`), a server with the variables the README gives `pnpm start`, the README's
  * CLI lines for a workspace and key, then each example's command through `sh`, exactly as a
- * newcomer would paste it. Examples consume the SDK as built (its `dist/`), like a user.
+ * newcomer would paste it. Examples consume the SDK as built (its `dist/`, made current by the
+ * project's global setup `packages/sdk/test/ensure-built.ts`), like a user.
  */
 const EXAMPLES_DIR = path.dirname(fileURLToPath(import.meta.url));
 const ROOT = path.resolve(EXAMPLES_DIR, '..');
@@ -65,24 +66,8 @@ let baseUrl: string;
 let apiKey: string;
 const outDir = fs.mkdtempSync(path.join(os.tmpdir(), 'aisuite-example-out-'));
 
-/** The SDK's `dist/` must be current: the examples import the package as a user does. */
-function sdkIsStale(): boolean {
-  const dist = path.join(ROOT, 'packages/sdk/dist/index.js');
-  if (!fs.existsSync(dist)) return true;
-  const built = fs.statSync(dist).mtimeMs;
-  const newest = (dir: string): number =>
-    Math.max(
-      ...fs.readdirSync(dir, { withFileTypes: true }).map((e) => {
-        const p = path.join(dir, e.name);
-        return e.isDirectory() ? newest(p) : fs.statSync(p).mtimeMs;
-      }),
-    );
-  return newest(path.join(ROOT, 'packages/sdk/src')) > built;
-}
-
 beforeAll(async () => {
   for (const name of examples) readmes.set(name, parseReadme(name));
-  if (sdkIsStale()) await sh('pnpm', ['--filter', '@ai-suite/sdk', 'build'], { cwd: ROOT });
 
   const setup = readmes.get(examples[0] as string)?.setup as string[];
   const fakeLine = setup.find((l) => l.startsWith('pnpm fake-model')) as string;

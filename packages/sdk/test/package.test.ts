@@ -19,7 +19,7 @@ const TSC = path.join(ROOT, 'node_modules/typescript/bin/tsc');
 const SLOW = 600_000;
 
 /**
- * The SDK as a user gets it: packed (`pnpm --filter @ai-suite/sdk pack`, which builds it),
+ * The SDK as a user gets it: packed (`pnpm --filter @ai-suite/sdk pack`),
  * installed with npm into a project outside the workspace, type-checked under `strict` with
  * the library's own declarations checked too (no skipLibCheck), and run, as ESM and as
  * CommonJS, against the in-process server.
@@ -75,7 +75,17 @@ describe('the packed SDK in a project outside the workspace', () => {
   it(
     'packs, installs with npm, type-checks under strict, and runs as ESM and CommonJS',
     async () => {
-      await run('pnpm', ['--filter', '@ai-suite/sdk', 'pack', '--pack-destination', work], { cwd: ROOT });
+      // `pnpm … pack` builds through the `prepare` script; here `dist/` is already current
+      // (ensure-built.ts), and rebuilding it while the examples' tests import it would break them.
+      const manifest = JSON.parse(fs.readFileSync(path.join(SDK_DIR, 'package.json'), 'utf8'));
+      expect(manifest.scripts.prepare).toBe('tsup');
+      await run(
+        'pnpm',
+        ['--filter', '@ai-suite/sdk', 'pack', '--ignore-scripts', '--pack-destination', work],
+        {
+          cwd: ROOT,
+        },
+      );
       const tarball = fs.readdirSync(work).find((f) => f.endsWith('.tgz'));
       expect(tarball).toMatch(/^ai-suite-sdk-\d+\.\d+\.\d+\.tgz$/);
 
