@@ -79,13 +79,10 @@ describe('the packed SDK in a project outside the workspace', () => {
       // (ensure-built.ts), and rebuilding it while the examples' tests import it would break them.
       const manifest = JSON.parse(fs.readFileSync(path.join(SDK_DIR, 'package.json'), 'utf8'));
       expect(manifest.scripts.prepare).toBe('tsup');
-      await run(
-        'pnpm',
-        ['--filter', '@ai-suite/sdk', 'pack', '--ignore-scripts', '--pack-destination', work],
-        {
-          cwd: ROOT,
-        },
-      );
+      await run('pnpm', ['--filter', '@ai-suite/sdk', 'pack', '--pack-destination', work], {
+        cwd: ROOT,
+        env: { ...process.env, npm_config_ignore_scripts: 'true' },
+      });
       const tarball = fs.readdirSync(work).find((f) => f.endsWith('.tgz'));
       expect(tarball).toMatch(/^ai-suite-sdk-\d+\.\d+\.\d+\.tgz$/);
 
