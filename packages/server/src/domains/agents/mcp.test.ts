@@ -49,8 +49,10 @@ async function startEverything(): Promise<EverythingServer> {
     out += d.toString();
   });
   for (let waited = 0; !out.includes('listening on port'); waited += 100) {
-    if (waited > 30_000 || child.exitCode !== null)
+    if (waited > 30_000 || child.exitCode !== null) {
+      child.kill('SIGKILL');
       throw new Error(`server-everything did not start:\n${out}`);
+    }
     await new Promise((r) => setTimeout(r, 100));
   }
   return {
