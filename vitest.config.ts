@@ -48,6 +48,7 @@ export default defineConfig({
           include: ['**/*.test.ts'],
           exclude: ['**/node_modules/**'],
           globalSetup: [
+            './chat-widget/browser-setup.ts',
             '../packages/server/src/test/global-setup.ts',
             '../packages/sdk/test/ensure-built.ts',
           ],

@@ -1,4 +1,3 @@
-import fs from 'node:fs';
 import {
   createTestWorkspace,
   type FakeOpenAI,
@@ -10,7 +9,8 @@ import { type Browser, chromium } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type ChatWidgetServer, startChatWidgetServer } from './serve.js';
 
-const CHROMIUM = '/usr/bin/chromium';
+// The examples project's global setup (browser-setup.ts) has made sure it runs.
+const CHROMIUM = process.env.CHROMIUM_PATH || '/usr/bin/chromium';
 
 let ts: TestServer & { fake: FakeOpenAI };
 let ws: TestWorkspace;
@@ -21,9 +21,6 @@ let browser: Browser;
 const json = async <T = any>(res: Response): Promise<T> => (await res.json()) as T;
 
 beforeAll(async () => {
-  if (!fs.existsSync(CHROMIUM)) {
-    throw new Error(`${CHROMIUM} is missing: run scripts/ensure-chromium.sh (installs Debian's chromium)`);
-  }
   ts = await startTestServerWithFakeModel();
   ws = await createTestWorkspace(ts, { creditsUsd: '5' });
   const res = await ts.api('/apps', { method: 'POST', key: ws.apiKey, json: { name: 'Shop helper' } });
