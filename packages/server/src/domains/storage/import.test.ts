@@ -57,6 +57,21 @@ beforeAll(async () => {
       defaultBranch: 'main',
       branches: { main: { sha: SHA, files: { '../../escape.txt': 'out', 'ok.txt': 'in' } } },
     },
+    'acme/spoof': {
+      defaultBranch: 'main',
+      branches: {
+        main: {
+          sha: SHA,
+          files: {
+            '.': 'dot',
+            'a.txt': 'a',
+            '\u202etxt.exe': 'spoof',
+            'dir\u2067/inner.txt': 'hidden',
+            'z.txt': 'z',
+          },
+        },
+      },
+    },
   });
   ts = await startTestServer({
     env: {
@@ -166,6 +181,36 @@ describe('multipart import', () => {
       { path: '/etc/abs.txt', error: 'Absolute paths are not allowed' },
     ]);
     expect(await treeOf('/safe')).toEqual(['/safe/fine.txt']);
+  });
+
+  it('refuses "." and names with invisible formatting characters per file, importing the rest', async () => {
+    const res = await importForm([
+      ['kind', 'files'],
+      ['pathPrefix', '/odd'],
+      ['file[]', new Blob(['first']), 'first.txt'],
+      ['file[]', new Blob(['x']), '.'],
+      ['file[]', new Blob(['x']), './.'],
+      ['file[]', new Blob(['x']), '\u202etxt.exe'],
+      ['file[]', new Blob(['x']), 'sub\u200f/x.txt'],
+      ['file[]', new Blob(['last']), 'sub/café.txt'],
+    ]);
+    expect(res.status).toBe(201);
+    const body = (await res.json()) as ImportBody;
+    expect(body.imported).toBe(2);
+    expect(body.errors).toEqual([
+      { path: '.', error: 'Path names no file: "." and ".." are not allowed' },
+      { path: './.', error: 'Path names no file: "." and ".." are not allowed' },
+      {
+        path: '\u202etxt.exe',
+        error: 'Invalid path: invisible formatting characters (here U+202E) are not allowed',
+      },
+      {
+        path: 'sub\u200f/x.txt',
+        error: 'Invalid path: invisible formatting characters (here U+200F) are not allowed',
+      },
+    ]);
+    // A UTF-8 file name arrives as written (not as latin-1 mojibake).
+    expect(await treeOf('/odd')).toEqual(['/odd/first.txt', '/odd/sub/', '/odd/sub/café.txt']);
   });
 
   it('replaces a file re-imported at the same path (same id, new content)', async () => {
@@ -352,6 +397,37 @@ describe('zip import', () => {
     expect(await treeOf('/')).not.toContain('/evil.txt');
   });
 
+  it('refuses "." entries and names with invisible formatting characters, importing the rest', async () => {
+    const zip = await zipOf([
+      { name: 'first.txt', data: Buffer.from('first') },
+      { name: './', dir: true },
+      { name: '.', data: Buffer.from('dot') },
+      { name: './.', data: Buffer.from('dot') },
+      { name: '\u202etxt.exe', data: Buffer.from('spoof') },
+      { name: 'dir\u2066/', dir: true },
+      { name: 'dir\u2066/inner.txt', data: Buffer.from('hidden') },
+      { name: './sub/last.txt', data: Buffer.from('last') },
+    ]);
+    const res = await importForm([
+      ['kind', 'zip'],
+      ['pathPrefix', '/zdots'],
+      ['file', zip, 'dots.zip'],
+    ]);
+    expect(res.status).toBe(201);
+    const body = (await res.json()) as ImportBody;
+    expect(body.imported).toBe(2);
+    const formatting = (code: string) =>
+      `Invalid path: invisible formatting characters (here U+${code}) are not allowed`;
+    expect(body.errors).toEqual([
+      { path: '.', error: 'Path names no file: "." and ".." are not allowed' },
+      { path: './.', error: 'Path names no file: "." and ".." are not allowed' },
+      { path: '\u202etxt.exe', error: formatting('202E') },
+      { path: 'dir\u2066/', error: formatting('2066') },
+      { path: 'dir\u2066/inner.txt', error: formatting('2066') },
+    ]);
+    expect(await treeOf('/zdots')).toEqual(['/zdots/first.txt', '/zdots/sub/', '/zdots/sub/last.txt']);
+  });
+
   it('stops a zip bomb (declared uncompressed total over the bound) before writing anything', async () => {
     const zeros = Readable.from(
       (function* () {
@@ -518,6 +594,22 @@ describe('git-host import', () => {
       })),
     );
     expect(await treeOf('/sneaky')).toEqual(['/sneaky/ok.txt']);
+  });
+
+  it('refuses "." entries and names with invisible formatting characters, importing the rest', async () => {
+    const res = await gh({ repoUrl: 'https://github.com/acme/spoof', pathPrefix: '/spoof' });
+    expect(res.status).toBe(201);
+    const body = (await res.json()) as ImportBody;
+    expect(body.imported).toBe(2);
+    const formatting = (code: string) =>
+      `Invalid path: invisible formatting characters (here U+${code}) are not allowed`;
+    expect(body.errors).toEqual([
+      { path: '.', error: 'Path names no file: "." and ".." are not allowed' },
+      { path: '\u202etxt.exe', error: formatting('202E') },
+      { path: 'dir\u2067/', error: formatting('2067') },
+      { path: 'dir\u2067/inner.txt', error: formatting('2067') },
+    ]);
+    expect(await treeOf('/spoof')).toEqual(['/spoof/a.txt', '/spoof/z.txt']);
   });
 
   it('validates repoUrl', async () => {

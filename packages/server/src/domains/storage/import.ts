@@ -89,6 +89,8 @@ export class ImportSession {
   }
 
   async addFolder(relPath: string): Promise<void> {
+    // `./` (tar- and zip-style "this folder") names the import folder itself: nothing to create.
+    if (/^(\.\/)*\.?\/*$/.test(relPath)) return;
     const r = resolveRelative(this.prefix, relPath.replace(/\/+$/, ''));
     if ('error' in r) return this.error(relPath, r.error);
     const full = r.folder === '/' ? `/${r.name}` : `${r.folder}/${r.name}`;

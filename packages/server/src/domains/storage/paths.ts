@@ -4,7 +4,25 @@ import { AppError } from '../../http/errors.js';
 export const MAX_PATH_LENGTH = 1024;
 export const MAX_NAME_LENGTH = 255;
 
-const CONTROL = /[\u0000-\u001f\u007f]/;
+const CONTROL = /\p{Cc}/u;
+/**
+ * Invisible characters that change how a name is shown, not what it says: bidirectional
+ * overrides, embeddings, isolates and marks (U+202E shows `\u202etxt.exe` as `exe.txt`),
+ * zero-width spaces, word joiners, the BOM, tag characters, line and paragraph separators.
+ * Zero-width (non-)joiners stay allowed: emoji sequences and Persian and Indic scripts need them.
+ */
+const FORMAT = /(?![\u200c\u200d])[\p{Cf}\p{Zl}\p{Zp}]/u;
+
+/** Why a name or path holds a character no name may hold, or null. */
+function characterProblem(s: string): string | null {
+  if (CONTROL.test(s)) return 'control characters are not allowed';
+  const format = FORMAT.exec(s)?.[0];
+  if (format !== undefined) {
+    const code = (format.codePointAt(0) as number).toString(16).toUpperCase().padStart(4, '0');
+    return `invisible formatting characters (here U+${code}) are not allowed`;
+  }
+  return null;
+}
 
 export const invalidPath = (input: string, reason: string) =>
   new AppError(400, `Invalid path "${input}": ${reason}`, 'INVALID_PATH');
@@ -13,7 +31,8 @@ export const invalidPath = (input: string, reason: string) =>
 export function nameProblem(name: string): string | null {
   if (name.length === 0) return 'empty name';
   if (name.length > MAX_NAME_LENGTH) return `a name is longer than ${MAX_NAME_LENGTH} characters`;
-  if (CONTROL.test(name)) return 'control characters are not allowed';
+  const chars = characterProblem(name);
+  if (chars) return chars;
   if (name.includes('/') || name.includes('\\')) return 'a name cannot contain a slash or backslash';
   if (name === '.' || name === '..') return '"." and ".." are not allowed';
   return null;
@@ -21,13 +40,15 @@ export function nameProblem(name: string): string | null {
 
 /**
  * A folder path as stored: `/` or `/a/b` (leading slash, no trailing slash). Accepts `a/b`,
- * `/a/b/`; refuses `..`, `.`, duplicate slashes, backslashes and control characters.
+ * `/a/b/`; refuses `..`, `.`, duplicate slashes, backslashes, control and invisible formatting
+ * characters.
  */
 export function normalizeFolderPath(input: string): string {
   const raw = input.trim();
   if (raw === '' || raw === '/') return '/';
   if (raw.length > MAX_PATH_LENGTH) throw invalidPath(input, `longer than ${MAX_PATH_LENGTH} characters`);
-  if (CONTROL.test(raw)) throw invalidPath(input, 'control characters are not allowed');
+  const chars = characterProblem(raw);
+  if (chars) throw invalidPath(input, chars);
   if (raw.includes('\\')) throw invalidPath(input, 'backslashes are not allowed');
   if (raw.includes('//')) throw invalidPath(input, 'duplicate slashes are not allowed');
   const segments = raw.replace(/^\//, '').replace(/\/$/, '').split('/');
@@ -66,8 +87,9 @@ export function ancestorsAndSelf(folder: string): string[] {
 
 /**
  * A relative path from an upload or archive entry (`dir/sub/a.txt`), resolved under `prefix`.
- * Refuses absolute paths (`/x`, `C:\x`), `..` segments, backslashes and control characters:
- * an entry can never land outside the prefix. `./` segments are dropped.
+ * Refuses absolute paths (`/x`, `C:\x`), `..` segments, backslashes, control and invisible
+ * formatting characters: an entry can never land outside the prefix. `./` segments are
+ * dropped; a path of nothing else (`.`, `./.`) names no file and is refused.
  * Returns `{folder, name}` or an error message.
  */
 export function resolveRelative(
@@ -76,13 +98,15 @@ export function resolveRelative(
 ): { folder: string; name: string } | { error: string } {
   if (rel.length === 0) return { error: 'Empty path' };
   if (rel.length > MAX_PATH_LENGTH) return { error: `Path is longer than ${MAX_PATH_LENGTH} characters` };
-  if (CONTROL.test(rel)) return { error: 'Path contains control characters' };
+  const chars = characterProblem(rel);
+  if (chars) return { error: `Invalid path: ${chars}` };
   if (rel.includes('\\')) return { error: 'Path contains a backslash' };
   if (rel.startsWith('/') || /^[A-Za-z]:/.test(rel)) return { error: 'Absolute paths are not allowed' };
   const segments = rel.split('/').filter((s) => s !== '.');
   if (segments.includes('..')) return { error: 'Path escapes the import folder' };
   if (segments.some((s) => s === '')) return { error: 'Path contains duplicate slashes' };
-  const name = segments.pop() as string;
+  const name = segments.pop();
+  if (name === undefined) return { error: 'Path names no file: "." and ".." are not allowed' };
   const problem = nameProblem(name);
   if (problem) return { error: `Invalid file name: ${problem}` };
   const folder = segments.reduce((acc, seg) => joinPath(acc, seg), prefix);

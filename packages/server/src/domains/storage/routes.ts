@@ -86,6 +86,8 @@ function importMultipart(
       bb = busboy({
         headers: req.headers,
         preservePath: true,
+        // Browsers and undici send a part's filename as raw UTF-8 (busboy assumes latin1).
+        defParamCharset: 'utf8',
         limits: { fileSize: limits.maxFileBytes, fields: 50, fieldSize: 64 * 1024, files: limits.maxEntries },
       });
     } catch {

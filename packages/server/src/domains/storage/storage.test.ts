@@ -335,6 +335,64 @@ describe('move and rename', () => {
   });
 });
 
+describe('invisible formatting characters in names', () => {
+  // U+202E shows "\u202etxt.exe" as "exe.txt"; the others hide or reorder text the same way.
+  const hostile = [
+    '\u202etxt.exe',
+    'a\u2066b',
+    'zero\u200bwidth',
+    'bom\ufeffx',
+    'soft\u00adhyphen',
+    'c1\u0085x',
+  ];
+
+  it('refuses them with 400 INVALID_PATH in rename, move, folder create and folder rename', async () => {
+    const w = await createTestWorkspace(ts);
+    const file = await put('doc.txt', 'd', '/bidi', 'file', w);
+    await send('POST', `${base(w)}/folders`, { folderPath: '/bidi/sub' }, w);
+    for (const name of hostile) {
+      const attempts: [string, string, unknown][] = [
+        ['PATCH', `${base(w)}/files/${file.id}`, { newName: name }],
+        ['PATCH', `${base(w)}/files/${file.id}`, { action: 'move', destFolderPath: `/bidi/${name}` }],
+        ['POST', `${base(w)}/folders`, { folderPath: `/bidi/${name}/deeper` }],
+        ['PATCH', `${base(w)}/folders`, { folderPath: '/bidi/sub', newName: name }],
+      ];
+      for (const [method, path, json] of attempts) {
+        const res = await send(method, path, json, w);
+        expect(res.status, `${method} ${JSON.stringify(json)}`).toBe(400);
+        const body = (await res.json()) as { error: string; code: string };
+        expect(body.code).toBe('INVALID_PATH');
+        expect(body.error).toMatch(/(control|invisible formatting) characters/);
+      }
+    }
+    await expect(put('\u202etxt.exe', 'x', '/bidi', 'file', w)).rejects.toMatchObject({
+      status: 400,
+      code: 'INVALID_PATH',
+    });
+    // Nothing was renamed, moved or created.
+    const tree = (await (await get(`${base(w)}/path?folderPath=/bidi&tree=1`, w)).json()) as {
+      paths: string[];
+    };
+    expect(tree.paths).toEqual(['/bidi/doc.txt', '/bidi/sub/']);
+  });
+
+  it('names the character, and keeps zero-width joiners (emoji sequences, Persian, Indic scripts)', async () => {
+    const w = await createTestWorkspace(ts);
+    const file = await put('team.txt', 't', '/', 'file', w);
+    const res = await send('PATCH', `${base(w)}/files/${file.id}`, { newName: '\u202etxt.exe' }, w);
+    expect(await res.json()).toEqual({
+      error:
+        'Invalid file name "\u202etxt.exe": invisible formatting characters (here U+202E) are not allowed',
+      code: 'INVALID_PATH',
+    });
+    for (const name of ['👨\u200d👩\u200d👧.txt', 'می\u200cخواهم.md']) {
+      const ok = await send('PATCH', `${base(w)}/files/${file.id}`, { newName: name }, w);
+      expect(ok.status, name).toBe(200);
+      expect(((await ok.json()) as { file: { filename: string } }).file.filename).toBe(name);
+    }
+  });
+});
+
 describe('concurrent writes', () => {
   it('lets exactly one of several concurrent renames to the same name win', async () => {
     const files = await Promise.all([0, 1, 2, 3, 4].map((i) => put(`race-${i}.txt`, `r${i}`, '/race')));
