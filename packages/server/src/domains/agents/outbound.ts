@@ -3,16 +3,19 @@ import dns from 'node:dns';
 import http from 'node:http';
 import https from 'node:https';
 import net from 'node:net';
+import ipaddr from 'ipaddr.js';
 import { badRequest } from '../../http/errors.js';
 
 /**
  * Outbound HTTP for tools (web_fetch, callbacks, MCP): refuses loopback, private, link-local,
- * CGNAT, multicast and cloud-metadata addresses unless the operator allowlist
- * `OUTBOUND_ALLOWLIST` (comma-separated hosts, IPs or CIDRs) permits them. The check runs on
- * the address the connection actually uses (custom DNS lookup), so DNS rebinding cannot
- * slip a private address past it.
+ * CGNAT, multicast, documentation, reserved and cloud-metadata addresses unless the operator
+ * allowlist `OUTBOUND_ALLOWLIST` (comma-separated hosts, IPs or CIDRs) permits them. IPv6
+ * forms that carry an IPv4 address (mapped, compatible, SIIT, NAT64, 6to4, Teredo, ISATAP) are
+ * judged by that IPv4 address too, so `[64:ff9b::a9fe:a9fe]` is as refused as 169.254.169.254.
+ * The check runs on the address the connection actually uses (custom DNS lookup), so DNS
+ * rebinding cannot slip a private address past it.
  */
-const BLOCKED = new net.BlockList();
+const BLOCKED_V4 = new net.BlockList();
 for (const [net4, prefix] of [
   ['0.0.0.0', 8],
   ['10.0.0.0', 8],
@@ -21,22 +24,72 @@ for (const [net4, prefix] of [
   ['169.254.0.0', 16],
   ['172.16.0.0', 12],
   ['192.0.0.0', 24],
+  ['192.0.2.0', 24],
+  ['192.88.99.0', 24],
   ['192.168.0.0', 16],
   ['198.18.0.0', 15],
+  ['198.51.100.0', 24],
+  ['203.0.113.0', 24],
   ['224.0.0.0', 4],
   ['240.0.0.0', 4],
 ] as const) {
-  BLOCKED.addSubnet(net4, prefix, 'ipv4');
+  BLOCKED_V4.addSubnet(net4, prefix, 'ipv4');
 }
+/** IPv6 space that is not globally reachable (IANA special-purpose registry, plus site-local). */
+const BLOCKED_V6 = new net.BlockList();
 for (const [net6, prefix] of [
-  ['::', 128],
-  ['::1', 128],
-  ['fc00::', 7],
-  ['fe80::', 10],
-  ['ff00::', 8],
-  ['fd00:ec2::254', 128],
+  // Unspecified, loopback, IPv4-compatible; the mapped, SIIT and NAT64 (64:ff9b::/96) forms in
+  // this block are judged by the IPv4 address they carry.
+  ['::', 8],
+  ['64:ff9b:1::', 48], // local-use IPv4/IPv6 translation
+  ['100::', 64], // discard-only
+  ['100:0:0:1::', 64], // dummy prefix
+  ['2001::', 23], // IETF protocol assignments (Teredo, benchmarking, ORCHID…)
+  ['2001:db8::', 32], // documentation
+  ['3fff::', 20], // documentation
+  ['5f00::', 16], // SRv6 SIDs
+  ['fc00::', 7], // unique local
+  ['fe80::', 10], // link-local
+  ['fec0::', 10], // site-local (deprecated, still routed inside some networks)
+  ['ff00::', 8], // multicast
 ] as const) {
-  BLOCKED.addSubnet(net6, prefix, 'ipv6');
+  BLOCKED_V6.addSubnet(net6, prefix, 'ipv6');
+}
+
+const v4 = (b: number[], at: number) => b.slice(at, at + 4).join('.');
+
+/** The IPv4 addresses an IPv6 address carries, by the translation and tunnel forms that embed one. */
+function embeddedV4(addr: ipaddr.IPv6): string[] {
+  const b = addr.toByteArray();
+  const range = addr.range();
+  if (range === 'ipv4Mapped' || range === 'rfc6145' || range === 'rfc6052') return [v4(b, 12)];
+  if (b.slice(0, 12).every((x) => x === 0)) return [v4(b, 12)]; // IPv4-compatible ::a.b.c.d
+  if (range === '6to4') return [v4(b, 2)];
+  if (range === 'teredo')
+    return [
+      v4(b, 4),
+      b
+        .slice(12, 16)
+        .map((x) => x ^ 0xff)
+        .join('.'),
+    ];
+  // ISATAP interface identifier: ::0:5efe:a.b.c.d or ::200:5efe:a.b.c.d under any prefix.
+  if ((b[8] === 0 || b[8] === 2) && b[9] === 0 && b[10] === 0x5e && b[11] === 0xfe) return [v4(b, 12)];
+  return [];
+}
+
+/** Whether connecting to `address` (an IP literal) would reach only public address space. */
+export function isPublicAddress(address: string): boolean {
+  if (!ipaddr.isValid(address)) return false;
+  const addr = ipaddr.parse(address);
+  if (addr.kind() === 'ipv4') return !BLOCKED_V4.check(addr.toString(), 'ipv4');
+  const v6 = addr as ipaddr.IPv6;
+  const embedded = embeddedV4(v6);
+  if (embedded.some((a) => BLOCKED_V4.check(a, 'ipv4'))) return false;
+  const range = v6.range();
+  // Translation forms are exactly as reachable as the IPv4 address they carry.
+  if (range === 'ipv4Mapped' || range === 'rfc6145' || range === 'rfc6052') return true;
+  return !BLOCKED_V6.check(v6.toNormalizedString(), 'ipv6');
 }
 
 export class OutboundBlockedError extends Error {
@@ -78,7 +131,7 @@ export function isAddressAllowed(address: string, hostname: string, policy: Outb
   const addr = v4 ?? address;
   const type = net.isIP(addr) === 6 ? 'ipv6' : 'ipv4';
   if (policy.nets.check(addr, type)) return true;
-  return !BLOCKED.check(addr, type);
+  return isPublicAddress(addr);
 }
 
 function guardedLookup(hostname: string, policy: OutboundPolicy): net.LookupFunction {

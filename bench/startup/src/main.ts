@@ -1,0 +1,173 @@
+/**
+ * Starts the production build (`node packages/server/dist/main.js`, what `pnpm start` runs) on
+ * a fresh embedded data directory, waits for `/readyz`, waits `BENCH_IDLE_MS` (10 s), reads the
+ * server's RSS; stops it and does the same again on the data it left (a restart). Repeats
+ * `BENCH_RUNS` times and prints every run and the medians.
+ */
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const root = fileURLToPath(new URL('../../../', import.meta.url));
+const entry = path.join(root, 'packages/server/dist/main.js');
+const runs = Number(process.env.BENCH_RUNS ?? 3);
+const idleMs = Number(process.env.BENCH_IDLE_MS ?? 10_000);
+const nodeArgs = (process.env.BENCH_SERVER_NODE_ARGS ?? '').split(' ').filter(Boolean);
+
+interface Sample {
+  readyMs: number;
+  rssMb: number;
+  anonMb: number;
+  peakMb: number;
+  childrenMb: number;
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address() as net.AddressInfo;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+/** kB fields of /proc/<pid>/status (VmRSS, RssAnon, VmHWM…). */
+function procStatus(pid: number): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const line of fs.readFileSync(`/proc/${pid}/status`, 'utf8').split('\n')) {
+    const m = /^(\w+):\s+(\d+) kB/.exec(line);
+    if (m) out[m[1] as string] = Number(m[2]);
+  }
+  return out;
+}
+
+/** RSS of the live descendants of `pid` (a helper process the server keeps, if any). */
+function descendantsRssKb(pid: number): number {
+  let total = 0;
+  for (const d of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    try {
+      const stat = fs.readFileSync(`/proc/${d}/stat`, 'utf8');
+      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      if (ppid === pid) total += (procStatus(Number(d)).VmRSS ?? 0) + descendantsRssKb(Number(d));
+    } catch {
+      // the process ended while we looked
+    }
+  }
+  return total;
+}
+
+async function waitReady(url: string, child: ReturnType<typeof spawn>, t0: number): Promise<number> {
+  for (;;) {
+    if (child.exitCode !== null) throw new Error(`server exited with ${child.exitCode} before /readyz`);
+    try {
+      const res = await fetch(`${url}/readyz`);
+      if (res.status === 200) return performance.now() - t0;
+    } catch {
+      // not listening yet
+    }
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+async function startOnce(dataDir: string, log: fs.WriteStream): Promise<Sample> {
+  const port = await freePort();
+  const t0 = performance.now();
+  const child = spawn(process.execPath, [...nodeArgs, entry], {
+    cwd: root,
+    env: { ...process.env, DATA_DIR: dataDir, PORT: String(port), HOST: '127.0.0.1', DATABASE_URL: '' },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  child.stdout?.pipe(log, { end: false });
+  child.stderr?.pipe(log, { end: false });
+  const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
+  let sample: Sample;
+  try {
+    const readyMs = await waitReady(`http://127.0.0.1:${port}`, child, t0);
+    await new Promise((r) => setTimeout(r, idleMs));
+    const pid = child.pid as number;
+    const s = procStatus(pid);
+    sample = {
+      readyMs,
+      rssMb: (s.VmRSS ?? 0) / 1024,
+      anonMb: (s.RssAnon ?? 0) / 1024,
+      peakMb: (s.VmHWM ?? 0) / 1024,
+      childrenMb: descendantsRssKb(pid) / 1024,
+    };
+  } catch (err) {
+    child.kill('SIGKILL');
+    throw err;
+  }
+  child.kill('SIGTERM');
+  const code = await exited;
+  if (code !== 0) throw new Error(`server exited with ${code} on SIGTERM`);
+  return sample;
+}
+
+const median = (xs: number[]) => {
+  const s = [...xs].sort((a, b) => a - b);
+  const mid = Math.floor(s.length / 2);
+  return s.length % 2 ? (s[mid] as number) : ((s[mid - 1] as number) + (s[mid] as number)) / 2;
+};
+
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'aisuite-bench-startup-'));
+const log = fs.createWriteStream(path.join(tmp, 'server.log'));
+const fresh: Sample[] = [];
+const restart: Sample[] = [];
+try {
+  console.log(
+    `node ${process.version}, ${os.cpus().length} CPUs, load average ${os
+      .loadavg()
+      .map((l) => l.toFixed(2))
+      .join(' ')}`,
+  );
+  console.log(
+    `${runs} run(s), idle ${idleMs} ms before reading RSS; server log ${path.join(tmp, 'server.log')}`,
+  );
+  for (let i = 0; i < runs; i++) {
+    const dataDir = path.join(tmp, `data-${i}`);
+    fresh.push(await startOnce(dataDir, log));
+    restart.push(await startOnce(dataDir, log));
+    fs.rmSync(dataDir, { recursive: true, force: true });
+  }
+} catch (err) {
+  console.error(err);
+  console.error(`server log: ${path.join(tmp, 'server.log')}`);
+  process.exit(1);
+}
+
+const row = (name: string, s: Sample) =>
+  `| ${name.padEnd(14)} | ${[s.readyMs, s.rssMb, s.anonMb, s.peakMb, s.childrenMb]
+    .map((v, i) => v.toFixed(0).padStart(i === 0 ? 8 : 11))
+    .join(' | ')} |`;
+console.log('\n| start          | ready ms | idle RSS MB | anon RSS MB | peak RSS MB | children MB |');
+console.log('| -------------- | -------- | ----------- | ----------- | ----------- | ----------- |');
+fresh.forEach((s, i) => {
+  console.log(row(`fresh #${i + 1}`, s));
+  console.log(row(`restart #${i + 1}`, restart[i] as Sample));
+});
+const med = (xs: Sample[]): Sample => ({
+  readyMs: median(xs.map((s) => s.readyMs)),
+  rssMb: median(xs.map((s) => s.rssMb)),
+  anonMb: median(xs.map((s) => s.anonMb)),
+  peakMb: median(xs.map((s) => s.peakMb)),
+  childrenMb: median(xs.map((s) => s.childrenMb)),
+});
+const mf = med(fresh);
+const mr = med(restart);
+console.log(row('fresh median', mf));
+console.log(row('restart median', mr));
+const verdict = (ok: boolean) => (ok ? 'met' : 'NOT met');
+console.log(
+  `\ntargets: ready fresh ${mf.readyMs.toFixed(0)} ms ≤ 4000 ${verdict(mf.readyMs <= 4000)}; ready restart ${mr.readyMs.toFixed(0)} ms ≤ 1500 ${verdict(mr.readyMs <= 1500)}`,
+);
+console.log(
+  `         idle RSS fresh ${mf.rssMb.toFixed(0)} MB ≤ 250 ${verdict(mf.rssMb <= 250)}; idle RSS restart ${mr.rssMb.toFixed(0)} MB ≤ 200 ${verdict(mr.rssMb <= 200)}`,
+);
+log.end();
+fs.rmSync(tmp, { recursive: true, force: true });
