@@ -3,8 +3,9 @@ import helmet from 'helmet';
 import type { ServerDeps } from './context.js';
 import { docsRouter } from './http/docs.js';
 import { AppError, errorHandler, sendError } from './http/errors.js';
+import { jsonBodyParser } from './http/json-body.js';
 import { buildOpenApiDocument } from './http/openapi-doc.js';
-import { openApiHandler } from './http/openapi-handler.js';
+import { OPENAPI_MAX_BODY, openApiHandler } from './http/openapi-handler.js';
 import { rawRouteModules } from './http/raw-routes.js';
 import { requestId } from './http/request-id.js';
 import { requestLog } from './http/request-log.js';
@@ -55,6 +56,9 @@ export function createApp(deps: ServerDeps): Express {
   const v1 = express.Router();
   v1.use(apiHelmet());
   for (const mod of rawRouteModules) mod.mount(v1, deps);
+  // JSON bodies are parsed here, not by trpc-to-openapi, so one nested too deep is refused
+  // before tRPC serialises it (JSON.stringify overflowed the stack at 10,000 levels).
+  v1.use(jsonBodyParser(OPENAPI_MAX_BODY));
   v1.use(openApiHandler(appRouter, deps));
   app.use('/api/v1', v1);
 

@@ -41,6 +41,9 @@ function collectStatuses(router: OpenApiRouter): Map<string, number> {
   return out;
 }
 
+/** Largest JSON body of a tRPC operation (bytes). */
+export const OPENAPI_MAX_BODY = 1024 * 1024;
+
 /**
  * trpc-to-openapi's express middleware with our error body. The library writes
  * `{message, code, issues}` and offers no hook to change it, so this narrow wrapper
@@ -50,7 +53,7 @@ export function openApiHandler(router: OpenApiRouter, deps: ServerDeps) {
   const statuses = collectStatuses(router);
   const handler = createOpenApiExpressMiddleware({
     router,
-    maxBodySize: 1024 * 1024,
+    maxBodySize: OPENAPI_MAX_BODY,
     createContext: ({ req, res }): RequestContext => ({
       req,
       res,

@@ -1,8 +1,9 @@
-import express, { type Request, type Response, type Router } from 'express';
+import type { Request, Response, Router } from 'express';
 import { z } from 'zod';
 import { API_KEY, authenticate } from '../../auth/authenticate.js';
 import type { ServerDeps } from '../../context.js';
 import { AppError, ErrorBodySchema, sendError, toAppError } from '../../http/errors.js';
+import { jsonBodyParser } from '../../http/json-body.js';
 import { securityFor } from '../../http/openapi-security.js';
 import type { RawRouteModule } from '../../http/raw-routes.js';
 import { SseWriter } from '../../http/sse.js';
@@ -51,10 +52,10 @@ const handle =
 export const agentRoutes: RawRouteModule = {
   name: 'agents',
   mount(router: Router, deps: ServerDeps) {
-    const json = express.json({ limit: '1mb' });
+    const json = jsonBodyParser('1mb');
     router.post(
       '/managed-agents/sessions/:sessionId/messages',
-      json,
+      ...json,
       handle(deps, async (req, res, svc) => {
         if (!req.is('application/json')) throw new AppError(400, 'Invalid request body');
         const parsed = SendMessageInput.safeParse(req.body ?? {});

@@ -1,4 +1,4 @@
-import express, { type Request, type Response } from 'express';
+import type { Request, Response } from 'express';
 import { API_KEY_OR_WIDGET, authenticate } from '../../auth/authenticate.js';
 import type { ServerDeps } from '../../context.js';
 import {
@@ -9,6 +9,7 @@ import {
   toAppError,
   validationError,
 } from '../../http/errors.js';
+import { jsonBodyParser } from '../../http/json-body.js';
 import { securityFor } from '../../http/openapi-security.js';
 import type { RawRouteModule } from '../../http/raw-routes.js';
 import { SseWriter } from '../../http/sse.js';
@@ -75,7 +76,7 @@ export const appsRawRoutes: RawRouteModule = {
   name: 'apps',
   mount(router, deps) {
     router.use('/apps', appsCors);
-    router.post('/apps/:appId/chat/message/stream', express.json({ limit: '1mb' }), (req, res) =>
+    router.post('/apps/:appId/chat/message/stream', ...jsonBodyParser('1mb'), (req, res) =>
       chatStream(deps, req, res),
     );
   },
