@@ -1,7 +1,13 @@
 import { defineConfig } from 'tsup';
 
 export default defineConfig({
-  entry: { main: 'src/main.ts', cli: 'src/cli/main.ts', index: 'src/index.ts' },
+  entry: {
+    main: 'src/main.ts',
+    cli: 'src/cli/main.ts',
+    index: 'src/index.ts',
+    // Run as a child process by db/embedded.ts, next to the chunk that holds it.
+    'embedded-initdb': 'src/db/embedded-initdb.ts',
+  },
   format: ['esm'],
   platform: 'node',
   target: 'node20',

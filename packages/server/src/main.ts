@@ -3,6 +3,9 @@ import { createLogger } from './logger.js';
 import { createServer } from './server.js';
 
 async function main() {
+  // Everything this process creates (the embedded database's files, stored objects, uploads
+  // being imported) is private to its user; see src/data-dir.ts.
+  process.umask(0o077);
   let config: ReturnType<typeof loadConfig>;
   try {
     config = loadConfig();

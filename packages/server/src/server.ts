@@ -9,6 +9,7 @@ import { prepareDummyHash } from './auth/passwords.js';
 import { identitySettingsFromEnv } from './auth/settings.js';
 import { type Config, loadConfig } from './config.js';
 import type { ServerDeps } from './context.js';
+import { prepareDataDir } from './data-dir.js';
 import type { EmbeddedPostgres } from './db/embedded.js';
 import { type Database, openDatabase } from './db/orm.js';
 import { registerAgentRuntime } from './domains/agents/runtime.js';
@@ -68,6 +69,8 @@ export async function createServer(opts: CreateServerOptions = {}): Promise<AiSu
   const ai = createAiDeps(config, () => em());
   const identity = identitySettingsFromEnv(config.env);
   void prepareDummyHash();
+  // DATA_DIR holds stored objects and uploads being imported whatever the database.
+  prepareDataDir(config.dataDir);
   const db: Database = await openDatabase({
     databaseUrl: config.databaseUrl,
     dataDir: config.dataDir,

@@ -38,6 +38,7 @@ describe('the server process', () => {
       expect(await ready.json()).toEqual({ status: 'ready', database: 'embedded', objectStore: 'local' });
       const lock = JSON.parse(fs.readFileSync(path.join(dataDir, LOCK_FILE), 'utf8')) as { pid: number };
       expect(lock.pid).toBe(child.pid);
+      expect(notPrivate(dataDir)).toEqual([]);
 
       const exited = once(child, 'exit');
       child.kill('SIGTERM');
@@ -47,8 +48,48 @@ describe('the server process', () => {
       expect(fs.existsSync(path.join(dataDir, LOCK_FILE))).toBe(false);
       expect(fs.readdirSync(path.join(dataDir, 'run'))).toEqual([]); // socket removed
       await expect(fetch(`${url}/healthz`)).rejects.toThrow();
+      expect(notPrivate(dataDir)).toEqual([]);
+      expect(fs.existsSync(path.join(dataDir, 'pgdata', 'PG_VERSION'))).toBe(true);
     } finally {
       if (child.exitCode === null) child.kill('SIGKILL');
     }
   }, 300_000);
+
+  it('refuses to start on a data directory other users can write, saying how to fix it', async () => {
+    const open = fs.mkdtempSync(path.join(os.tmpdir(), 'aisuite-open-'));
+    try {
+      fs.chmodSync(open, 0o777);
+      const child = spawnServerProcess({ DATA_DIR: open, PORT: '0', HOST: '127.0.0.1' });
+      let err = '';
+      child.stderr?.on('data', (d) => {
+        err += d.toString();
+      });
+      const [code] = await once(child, 'exit');
+      expect(code).toBe(1);
+      expect(err).toContain(
+        `Failed to start: DATA_DIR ${open} can be written by other users (mode 0777); make it private to the user running the service (chmod 700 ${open}) and start again`,
+      );
+      expect(fs.readdirSync(open)).toEqual([]); // nothing was created in it
+    } finally {
+      fs.rmSync(open, { recursive: true, force: true });
+    }
+  }, 120_000);
 });
+
+/** Entries under `dir` that other users could read or write (sockets aside: a directory guards them). */
+function notPrivate(dir: string): string[] {
+  const out: string[] = [];
+  const stack = [dir];
+  for (let d = stack.pop(); d !== undefined; d = stack.pop()) {
+    if ((fs.statSync(d).mode & 0o777) !== 0o700)
+      out.push(`${d} ${(fs.statSync(d).mode & 0o777).toString(8)}`);
+    for (const e of fs.readdirSync(d, { withFileTypes: true })) {
+      const full = path.join(d, e.name);
+      if (e.isDirectory()) stack.push(full);
+      else if (e.isFile() && (fs.statSync(full).mode & 0o077) !== 0) {
+        out.push(`${full} ${(fs.statSync(full).mode & 0o777).toString(8)}`);
+      }
+    }
+  }
+  return out;
+}

@@ -1,9 +1,13 @@
+import { execFile } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { PGlite } from '@electric-sql/pglite';
+import { fileURLToPath } from 'node:url';
+import { type Extensions, PGlite } from '@electric-sql/pglite';
 import { PGLiteSocketServer } from '@electric-sql/pglite-socket';
+import { makeTreePrivate, PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, prepareDataDir } from '../data-dir.js';
+import { EMBEDDED_START_PARAMS } from './embedded-settings.js';
 
 /**
  * The embedded database. PGlite is Postgres compiled to WASM: one session, one process.
@@ -40,7 +44,7 @@ function pickSocketDir(dataDir: string | undefined): { dir: string; temporary: b
   if (dataDir) {
     const candidate = path.join(dataDir, 'run');
     if (path.join(candidate, `.s.PGSQL.${EMBEDDED_PORT}`).length < SOCKET_PATH_MAX) {
-      fs.mkdirSync(candidate, { recursive: true });
+      fs.mkdirSync(candidate, { recursive: true, mode: PRIVATE_DIR_MODE });
       return { dir: candidate, temporary: false };
     }
   }
@@ -112,7 +116,7 @@ function acquireLock(dataDir: string, info: LockInfo): () => void {
   const lockPath = path.join(dataDir, LOCK_FILE);
   for (let attempt = 0; attempt < 2; attempt++) {
     try {
-      const fd = fs.openSync(lockPath, 'wx');
+      const fd = fs.openSync(lockPath, 'wx', PRIVATE_FILE_MODE);
       fs.writeSync(fd, JSON.stringify(info));
       fs.closeSync(fd);
       return () => {
@@ -145,13 +149,54 @@ export interface StartEmbeddedOptions {
   maxConnections?: number;
   /** Recorded in the lock file (default `server`). */
   ownerKind?: 'server' | 'cli';
+  /** PGlite extensions to load (e.g. `vector`); `CREATE EXTENSION` in a migration enables them. */
+  extensions?: Extensions;
+}
+
+/**
+ * initdb of a fresh `pgdata` in a child process (`embedded-initdb.ts`): the memory initdb
+ * grows goes back to the system when the child exits, instead of staying in this process's
+ * WebAssembly memory for good.
+ */
+async function initdbInChildProcess(pgDir: string): Promise<void> {
+  const fromSource = import.meta.url.endsWith('.ts');
+  const entry = fileURLToPath(
+    new URL(fromSource ? './embedded-initdb.ts' : './embedded-initdb.js', import.meta.url),
+  );
+  // From the TypeScript sources (tests, `pnpm dev`, the CLI) the child needs tsx, resolved
+  // from this package; the production build runs plain JavaScript.
+  const args = fromSource ? ['--import', 'tsx', entry, pgDir] : [entry, pgDir];
+  const cwd = fromSource ? fileURLToPath(new URL('../..', import.meta.url)) : undefined;
+  await new Promise<void>((resolve, reject) => {
+    execFile(process.execPath, args, { cwd, maxBuffer: 4 * 1024 * 1024 }, (err, _stdout, stderr) => {
+      if (err)
+        reject(
+          new Error(`Could not create the embedded database in ${pgDir}: ${stderr.trim() || err.message}`),
+        );
+      else resolve();
+    });
+  });
+}
+
+/** Makes sure `pgDir` holds a database: a missing or empty directory gets one (initdb). */
+async function ensureDatabaseFiles(pgDir: string): Promise<void> {
+  if (fs.existsSync(path.join(pgDir, 'PG_VERSION'))) return;
+  if (fs.existsSync(pgDir)) {
+    if (fs.readdirSync(pgDir).length > 0) {
+      throw new Error(
+        `${pgDir} is not empty but holds no database (no PG_VERSION): move it away and start again`,
+      );
+    }
+    fs.rmdirSync(pgDir);
+  }
+  await initdbInChildProcess(pgDir);
 }
 
 export async function startEmbeddedPostgres(opts: StartEmbeddedOptions): Promise<EmbeddedPostgres> {
   let release = () => {};
   let pgDir: string | undefined;
   if (opts.dataDir) {
-    fs.mkdirSync(opts.dataDir, { recursive: true });
+    prepareDataDir(opts.dataDir, ['pgdata']);
     pgDir = embeddedPgDir(opts.dataDir);
   }
   const { dir: socketDir, temporary: socketDirIsTemp } = pickSocketDir(opts.dataDir);
@@ -169,10 +214,14 @@ export async function startEmbeddedPostgres(opts: StartEmbeddedOptions): Promise
   let db: PGlite | undefined;
   let server: PGLiteSocketServer | undefined;
   try {
+    if (pgDir) await ensureDatabaseFiles(pgDir);
     db = await PGlite.create({
       dataDir: pgDir,
       loadDataDir: opts.loadDataDir,
+      startParams: EMBEDDED_START_PARAMS,
+      extensions: opts.extensions,
     });
+    if (pgDir) makeTreePrivate(pgDir);
     server = new PGLiteSocketServer({
       db,
       path: socketPath,
@@ -196,6 +245,7 @@ export async function startEmbeddedPostgres(opts: StartEmbeddedOptions): Promise
       closed = true;
       await srv.stop();
       await pg.close();
+      if (pgDir) makeTreePrivate(pgDir);
       fs.rmSync(socketPath, { force: true });
       if (socketDirIsTemp) fs.rmSync(socketDir, { recursive: true, force: true });
       release();

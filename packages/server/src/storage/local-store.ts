@@ -4,6 +4,7 @@ import fsp from 'node:fs/promises';
 import path from 'node:path';
 import { Readable, Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
+import { PRIVATE_DIR_MODE, PRIVATE_FILE_MODE } from '../data-dir.js';
 import {
   assertValidKey,
   type ObjectBody,
@@ -62,12 +63,14 @@ export class LocalObjectStore implements ObjectStore {
 
   async put(key: string, body: Readable | Buffer, opts: PutOptions = {}): Promise<{ size: number }> {
     const target = this.file(key);
-    await fsp.mkdir(path.dirname(target), { recursive: true });
+    await fsp.mkdir(path.dirname(target), { recursive: true, mode: PRIVATE_DIR_MODE });
     const tmp = `${target}.${randomBytes(6).toString('hex')}.part`;
     const counter = byteCounter();
     const source = Buffer.isBuffer(body) ? Readable.from([body]) : body;
     try {
-      await pipeline(source, counter, fs.createWriteStream(tmp), { signal: opts.signal });
+      await pipeline(source, counter, fs.createWriteStream(tmp, { mode: PRIVATE_FILE_MODE }), {
+        signal: opts.signal,
+      });
       await fsp.rename(tmp, target);
     } catch (err) {
       await fsp.rm(tmp, { force: true });

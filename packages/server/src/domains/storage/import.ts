@@ -6,6 +6,7 @@ import type { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import yauzl from 'yauzl';
 import type { Config } from '../../config.js';
+import { PRIVATE_DIR_MODE, PRIVATE_FILE_MODE } from '../../data-dir.js';
 import { AppError, badRequest } from '../../http/errors.js';
 import { byteCounter } from '../../storage/local-store.js';
 import { resolveRelative } from './paths.js';
@@ -142,7 +143,7 @@ export async function receiveToTempFile(
   limits: ImportLimits,
 ): Promise<string> {
   const dir = path.join(dataDir, 'tmp');
-  await fsp.mkdir(dir, { recursive: true });
+  await fsp.mkdir(dir, { recursive: true, mode: PRIVATE_DIR_MODE });
   const file = path.join(dir, `import-${randomUUID()}.zip`);
   const counter = byteCounter();
   counter.on('data', () => {
@@ -150,7 +151,7 @@ export async function receiveToTempFile(
   });
   body.once('limit', () => body.destroy(fileTooLarge(name, limits.maxFileBytes)));
   try {
-    await pipeline(body, counter, fs.createWriteStream(file));
+    await pipeline(body, counter, fs.createWriteStream(file, { mode: PRIVATE_FILE_MODE }));
   } catch (err) {
     await fsp.rm(file, { force: true });
     throw err;
