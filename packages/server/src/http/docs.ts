@@ -6,7 +6,8 @@ const require = createRequire(import.meta.url);
 /** `/docs`: Swagger UI from the installed swagger-ui-dist package (no CDN), reading our document. */
 export function docsRouter(specUrl: string): Router {
   const r = express.Router();
-  const { getAbsoluteFSPath } = require('swagger-ui-dist') as { getAbsoluteFSPath(): string };
+  // The package's index loads its 3.4 MB browser bundle into this process; only the path is needed.
+  const getAbsoluteFSPath = require('swagger-ui-dist/absolute-path.js') as () => string;
   r.get('/', (req, res, next) => {
     if (!req.originalUrl.endsWith('/')) return res.redirect(301, `${req.originalUrl}/`);
     res.type('html').send(`<!doctype html>
