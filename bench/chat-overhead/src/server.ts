@@ -6,8 +6,13 @@
  */
 import type * as ServerModule from '@ai-suite/server';
 
+// BENCH_SERVER_DIST: another build's dist directory, to compare two versions in one sitting.
 const { createServer }: typeof ServerModule = await import(
-  process.env.BENCH_FROM_SOURCE === '1' ? '@ai-suite/server' : '../../../packages/server/dist/index.js'
+  process.env.BENCH_FROM_SOURCE === '1'
+    ? '@ai-suite/server'
+    : process.env.BENCH_SERVER_DIST
+      ? `${process.env.BENCH_SERVER_DIST}/index.js`
+      : '../../../packages/server/dist/index.js'
 );
 
 const server = await createServer({ env: process.env });

@@ -12,7 +12,8 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const root = fileURLToPath(new URL('../../../', import.meta.url));
-const entry = path.join(root, 'packages/server/dist/main.js');
+// BENCH_SERVER_ENTRY: another build's dist/main.js, to compare two versions in one sitting.
+const entry = process.env.BENCH_SERVER_ENTRY ?? path.join(root, 'packages/server/dist/main.js');
 const runs = Number(process.env.BENCH_RUNS ?? 3);
 const idleMs = Number(process.env.BENCH_IDLE_MS ?? 10_000);
 const nodeArgs = (process.env.BENCH_SERVER_NODE_ARGS ?? '').split(' ').filter(Boolean);
@@ -127,7 +128,7 @@ try {
       .join(' ')}`,
   );
   console.log(
-    `${runs} run(s), idle ${idleMs} ms before reading RSS; server log ${path.join(tmp, 'server.log')}`,
+    `${entry}: ${runs} run(s), idle ${idleMs} ms before reading RSS; server log ${path.join(tmp, 'server.log')}`,
   );
   for (let i = 0; i < runs; i++) {
     const dataDir = path.join(tmp, `data-${i}`);
