@@ -57,6 +57,20 @@ export default defineConfig({
           pool: 'forks',
         },
       },
+      {
+        test: {
+          name: 'console',
+          root: './packages/console',
+          include: ['test/**/*.test.ts'],
+          // Chromium (scripts/ensure-chromium.sh), the test databases, then the console's build.
+          globalSetup: ['./test/global-setup.ts', '../server/src/test/global-setup.ts'],
+          testTimeout: 60_000,
+          hookTimeout: 120_000,
+          pool: 'forks',
+          // One browser and one server for the whole file.
+          fileParallelism: false,
+        },
+      },
     ],
     maxWorkers: 2,
   },

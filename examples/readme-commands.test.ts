@@ -11,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 /**
  * Every example's README, run as written: the fake model started by the README's own command
- * (`pnpm fake-model`), a server with the variables the README gives `pnpm start`, the README's
+ * (`pnpm fake-model`), the fake image providers likewise (`pnpm fake-images`), a server with the variables the README gives `pnpm start`, the README's
  * CLI lines for a workspace and key, then each example's command through `sh`, exactly as a
  * newcomer would paste it. Examples consume the SDK as built (its `dist/`, made current by the
  * project's global setup `packages/sdk/test/ensure-built.ts`), like a user.
@@ -56,8 +56,35 @@ function envOf(line: string): Record<string, string> {
   return env;
 }
 
+/**
+ * Starts a README's fake-upstream line (its ports made free ones through `env`) and waits until
+ * it prints every URL `patterns` look for.
+ */
+async function startFake(
+  line: string,
+  env: Record<string, string>,
+  patterns: RegExp[],
+): Promise<{ child: ChildProcess; urls: string[] }> {
+  const child = spawn('sh', ['-c', line], {
+    cwd: ROOT,
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+    detached: true,
+  });
+  fakes.push(child);
+  let out = '';
+  child.stdout?.on('data', (d) => {
+    out += d.toString();
+  });
+  for (let waited = 0; !patterns.every((p) => p.test(out)); waited += 100) {
+    if (waited > 60_000 || child.exitCode !== null) throw new Error(`${line} did not start: ${out}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  return { child, urls: patterns.map((p) => p.exec(out)?.[1] ?? '') };
+}
+
 const readmes = new Map<string, Readme>();
-let fake: ChildProcess;
+const fakes: ChildProcess[] = [];
 let fakeUrl: string;
 let db: TestDatabase | undefined;
 let dataDir: string | undefined;
@@ -71,21 +98,17 @@ beforeAll(async () => {
 
   const setup = readmes.get(examples[0] as string)?.setup as string[];
   const fakeLine = setup.find((l) => l.startsWith('pnpm fake-model')) as string;
-  fake = spawn('sh', ['-c', fakeLine], {
-    cwd: ROOT,
-    env: { ...process.env, FAKE_MODEL_PORT: '0' },
-    stdio: ['ignore', 'pipe', 'pipe'],
-    detached: true,
-  });
-  let out = '';
-  fake.stdout?.on('data', (d) => {
-    out += d.toString();
-  });
-  for (let waited = 0; !/listening on (\S+)/.test(out); waited += 100) {
-    if (waited > 60_000 || fake.exitCode !== null) throw new Error(`pnpm fake-model did not start: ${out}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  fakeUrl = /listening on (\S+)/.exec(out)?.[1] ?? '';
+  [fakeUrl = ''] = (await startFake(fakeLine, { FAKE_MODEL_PORT: '0' }, [/listening on (\S+)/])).urls;
+  // The image fakes, as examples/image-enhance starts them.
+  const imagesLine = readmes
+    .get('image-enhance')
+    ?.setup.find((l) => l.startsWith('pnpm fake-images')) as string;
+  const [replicateUrl = '', openaiImagesUrl = ''] = (
+    await startFake(imagesLine, { FAKE_REPLICATE_PORT: '0', FAKE_OPENAI_IMAGES_PORT: '0' }, [
+      /Replicate predictions API listening on (\S+)/,
+      /OpenAI images API listening on (\S+)/,
+    ])
+  ).urls;
 
   // One server for every example, with the union of the variables the READMEs give it.
   const serverEnv: Record<string, string> = {};
@@ -93,6 +116,10 @@ beforeAll(async () => {
     Object.assign(serverEnv, envOf(r.setup.find((l) => l.endsWith('pnpm start')) ?? ''));
   expect(serverEnv.OPENAI_BASE_URL).toBe('http://127.0.0.1:4010/v1'); // what `pnpm fake-model` listens on
   serverEnv.OPENAI_BASE_URL = fakeUrl; // here on a free port instead, so runs never collide
+  expect(serverEnv.REPLICATE_BASE_URL).toBe('http://127.0.0.1:4011/v1'); // what `pnpm fake-images` listens on
+  expect(serverEnv.IMAGE_ALT_BASE_URL).toBe('http://127.0.0.1:4012/v1');
+  serverEnv.REPLICATE_BASE_URL = replicateUrl;
+  serverEnv.IMAGE_ALT_BASE_URL = openaiImagesUrl;
   if (process.env.DATABASE_URL) {
     db = await createTestDatabase();
     serverEnv.DATABASE_URL = db.databaseUrl as string;
@@ -119,10 +146,12 @@ beforeAll(async () => {
 afterAll(async () => {
   await server?.close();
   await db?.drop();
-  if (fake?.pid && fake.exitCode === null) {
-    const exited = once(fake, 'exit');
-    process.kill(-fake.pid, 'SIGTERM');
-    await exited;
+  for (const fake of fakes) {
+    if (fake.pid && fake.exitCode === null) {
+      const exited = once(fake, 'exit');
+      process.kill(-fake.pid, 'SIGTERM');
+      await exited;
+    }
   }
   for (const d of [dataDir, outDir]) if (d) fs.rmSync(d, { recursive: true, force: true });
 });
@@ -142,6 +171,7 @@ describe('every example has a README with the common setup', () => {
       'autonomous-report',
       'chat-widget',
       'conversation-report',
+      'image-enhance',
     ]);
     for (const name of examples) {
       const r = readmes.get(name) as Readme;
@@ -196,6 +226,46 @@ describe('the documented example commands, run as written', () => {
       expect(stderr).toMatch(/^\d+ conversations$/m);
       expect(stdout).toMatch(/^# Conversation report$/m); // after pnpm's own "> … start" banner
       expect(stdout).toContain('## Confidence');
+    },
+    SLOW,
+  );
+
+  it(
+    'image-enhance: a generated scan enhanced with the ultrasound profile, then a file on the alternative provider',
+    async () => {
+      const run = readmes.get('image-enhance')?.run as string;
+      const { stdout } = await sh('sh', ['-c', run], { cwd: ROOT, env: exampleEnv() });
+      expect(stdout).toMatch(
+        /^generated scan\.png \(\d+ bytes, 64×64\) with fake\/scan-enhancer on replicate, \$0\.0100$/m,
+      );
+      expect(stdout).toMatch(
+        /^enhanced with profile ultrasound: fake\/scan-enhancer on replicate, 0 tokens, \$0\.0100$/m,
+      );
+      const enhanced = fs.readFileSync(path.join(outDir, 'scan-enhanced.png'));
+      expect(stdout).toContain(`saved scan-enhanced.png (${enhanced.length} bytes, 64×64 PNG)`);
+      expect(enhanced.subarray(1, 4).toString()).toBe('PNG');
+
+      // The options the README lists: the generated scan again, after a `--`, on the other provider.
+      const { stdout: alt } = await sh(
+        'sh',
+        ['-c', `${run} -- "${path.join(outDir, 'scan.png')}" --provider openai --store`],
+        { cwd: ROOT, env: exampleEnv() },
+      );
+      expect(alt).not.toContain('generated');
+      expect(alt).toMatch(
+        /^enhanced with profile ultrasound: gpt-image-1 on openai, \d+ tokens, \$0\.0\d+$/m,
+      );
+      expect(alt).toMatch(/^stored: raw image \S+, processed \S+$/m);
+      expect(alt).toMatch(/^saved scan-enhanced\.png \(\d+ bytes, 64×64 PNG\)$/m);
+
+      // Three images, each metered on the server.
+      const rows = await server.deps
+        .em()
+        .execute<{ model: string; cost_micros: string }[]>(
+          `select model, cost_micros from usage_records where endpoint = '/image' order by created_at`,
+        );
+      expect(rows.map((r) => r.model)).toEqual(['fake/scan-enhancer', 'fake/scan-enhancer', 'gpt-image-1']);
+      expect(rows.every((r) => Number(r.cost_micros) > 0)).toBe(true);
     },
     SLOW,
   );

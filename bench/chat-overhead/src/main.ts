@@ -54,12 +54,18 @@ async function perfRecord(pid: number, file: string): Promise<() => Promise<void
     });
 }
 
+/** BENCH_SERVER_ENV: `NAME=value` pairs (space-separated) set for the server process only (`MALLOC_ARENA_MAX=1`…). */
+function serverEnv(): Record<string, string> {
+  const pairs = (process.env.BENCH_SERVER_ENV ?? '').split(' ').filter(Boolean);
+  return Object.fromEntries(pairs.map((p) => [p.slice(0, p.indexOf('=')), p.slice(p.indexOf('=') + 1)]));
+}
+
 function start(
   script: string,
   env: Record<string, string | undefined>,
 ): Promise<{ child: ChildProcess; url: string }> {
   const child = fork(path.join(here, script), [], {
-    env: { ...process.env, ...env },
+    env: { ...process.env, ...env, ...(script === 'server.ts' ? serverEnv() : {}) },
     // BENCH_SERVER_NODE_ARGS: extra node flags for the server (`--perf-basic-prof`, `--trace-deopt`…).
     execArgv: [
       '--import',

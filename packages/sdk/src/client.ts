@@ -7,16 +7,22 @@ import {
   APIUserAbortError,
 } from './core/errors.js';
 import { Agents } from './resources/agents.js';
+import { ApiKeys } from './resources/api-keys.js';
 import { Apps } from './resources/apps.js';
 import { Artifacts } from './resources/artifacts.js';
+import { Auth } from './resources/auth.js';
 import { Catalogs } from './resources/catalogs.js';
 import { Chat } from './resources/chat.js';
+import { Images } from './resources/images.js';
 import { Insights } from './resources/insights.js';
+import { Members } from './resources/members.js';
 import { Models } from './resources/models.js';
+import { Rag } from './resources/rag.js';
 import { Runs } from './resources/runs.js';
 import { Sessions } from './resources/sessions.js';
 import { Storage } from './resources/storage.js';
-import type { Me } from './resources/types.js';
+import { ToolServers } from './resources/tool-servers.js';
+import type { AuthSession, Me } from './resources/types.js';
 import { WidgetTokens } from './resources/widget-tokens.js';
 
 export interface ClientOptions {
@@ -27,7 +33,22 @@ export interface ClientOptions {
    * Never put an API key in client-side code.
    */
   widgetToken?: string;
-  /** Server origin or `…/api/v1` URL. Defaults to `AI_SUITE_BASE_URL` or `http://localhost:8080`. */
+  /**
+   * A person's session token (`svc_ss_…`, from `client.auth.signIn`) instead of an API key:
+   * what key management, members, tool servers and RAG require. Defaults to
+   * `process.env.AI_SUITE_SESSION_TOKEN` when no API key or widget token is given.
+   */
+  sessionToken?: string;
+  /**
+   * `fetch`'s credentials mode. A web page whose session is its cookie sets `'same-origin'` (or
+   * `'include'`) and no token: no key or token is read from the environment, no Authorization
+   * is sent, and `auth.signIn` leaves the token to the cookie instead of keeping it in script.
+   */
+  credentials?: RequestCredentials;
+  /**
+   * Server origin, `…/api/v1` URL, or the web console's mount of the API (`…/console-api/v1`,
+   * sessions only). Defaults to `AI_SUITE_BASE_URL` or `http://localhost:8080`.
+   */
   baseURL?: string;
   /** Per-request timeout in ms (default 60 000). Streams time out only while waiting for headers. */
   timeout?: number;
@@ -61,7 +82,7 @@ const MAX_RETRY_DELAY = 8_000;
 
 export function normalizeBaseURL(input: string): string {
   const trimmed = input.replace(/\/+$/, '');
-  return /\/api\/v1$/.test(trimmed) ? trimmed : `${trimmed}/api/v1`;
+  return /\/(api|console-api)\/v1$/.test(trimmed) ? trimmed : `${trimmed}/api/v1`;
 }
 
 const sleep = (ms: number, signal?: AbortSignal) =>
@@ -87,6 +108,11 @@ export class AiSuite {
   readonly maxRetries: number;
   private readonly apiKey: string | undefined;
   private readonly widgetToken: string | undefined;
+  private readonly credentials: RequestCredentials | undefined;
+  /** The session is the browser's cookie: no token is kept in script. */
+  private readonly cookieMode: boolean;
+  private sessionTokenValue: string | undefined;
+  private sessionWorkspace: Promise<string> | undefined;
   private readonly fetchImpl: typeof fetch;
   private readonly defaultHeaders: Record<string, string>;
   private mePromise: Promise<Me> | undefined;
@@ -101,11 +127,24 @@ export class AiSuite {
   readonly sessions: Sessions;
   readonly insights: Insights;
   readonly artifacts: Artifacts;
+  readonly images: Images;
   readonly models: Models;
+  readonly auth: Auth;
+  readonly apiKeys: ApiKeys;
+  readonly members: Members;
+  readonly toolServers: ToolServers;
+  readonly rag: Rag;
 
   constructor(opts: ClientOptions = {}) {
-    this.apiKey = opts.apiKey ?? (opts.widgetToken ? undefined : env('AI_SUITE_API_KEY'));
+    this.credentials = opts.credentials;
+    this.cookieMode = !!opts.credentials && !opts.apiKey && !opts.widgetToken && !opts.sessionToken;
+    this.apiKey =
+      opts.apiKey ??
+      (opts.widgetToken || opts.sessionToken || this.cookieMode ? undefined : env('AI_SUITE_API_KEY'));
     this.widgetToken = opts.widgetToken;
+    this.sessionTokenValue =
+      opts.sessionToken ??
+      (this.apiKey || this.widgetToken || this.cookieMode ? undefined : env('AI_SUITE_SESSION_TOKEN'));
     this.baseURL = normalizeBaseURL(opts.baseURL ?? env('AI_SUITE_BASE_URL') ?? 'http://localhost:8080');
     this.timeout = opts.timeout ?? DEFAULT_TIMEOUT;
     this.maxRetries = opts.maxRetries ?? 2;
@@ -121,7 +160,29 @@ export class AiSuite {
     this.sessions = new Sessions(this);
     this.insights = new Insights(this);
     this.artifacts = new Artifacts(this);
+    this.images = new Images(this);
     this.models = new Models(this);
+    this.auth = new Auth(this);
+    this.apiKeys = new ApiKeys(this);
+    this.members = new Members(this);
+    this.toolServers = new ToolServers(this);
+    this.rag = new Rag(this);
+  }
+
+  /** The session token the client sends, if it acts as a person (it changes on sign-in and workspace switch). */
+  get sessionToken(): string | undefined {
+    return this.sessionTokenValue;
+  }
+
+  /**
+   * Replaces the session token (sign-in and workspace switch rotate it; `auth` calls this for
+   * you). The cached workspace is forgotten.
+   */
+  setSessionToken(token: string | undefined): void {
+    // In cookie mode the browser holds the session (HttpOnly): the script keeps no copy.
+    this.sessionTokenValue = this.cookieMode ? undefined : token;
+    this.sessionWorkspace = undefined;
+    this.mePromise = undefined;
   }
 
   /** The workspace and key behind the credentials (`GET /me`), fetched once and cached. */
@@ -138,6 +199,22 @@ export class AiSuite {
 
   /** The workspace id of the credentials; workspace-scoped resources use it. */
   async workspaceId(): Promise<string> {
+    if (this.sessionTokenValue && !this.apiKey && !this.widgetToken) {
+      this.sessionWorkspace ??= this.request<AuthSession>({ method: 'GET', path: '/auth/session' }).then(
+        (s) => {
+          if (!s.workspace) {
+            throw new AiSuiteError(
+              'The session acts in no workspace: call client.auth.switchWorkspace first',
+            );
+          }
+          return s.workspace.id;
+        },
+      );
+      return this.sessionWorkspace.catch((err) => {
+        this.sessionWorkspace = undefined;
+        throw err;
+      });
+    }
     return (await this.me()).workspace.id;
   }
 
@@ -181,7 +258,7 @@ export class AiSuite {
   }
 
   authHeaders(): Record<string, string> {
-    const token = this.apiKey ?? this.widgetToken;
+    const token = this.apiKey ?? this.widgetToken ?? this.sessionTokenValue;
     return token ? { authorization: `Bearer ${token}` } : {};
   }
 
@@ -220,6 +297,7 @@ export class AiSuite {
           headers,
           body,
           signal: controller.signal,
+          ...(this.credentials ? { credentials: this.credentials } : {}),
           ...(body && typeof (body as ReadableStream).getReader === 'function' ? { duplex: 'half' } : {}),
         } as RequestInit);
       } catch (err) {

@@ -17,10 +17,28 @@ export {
 export { AppChatStream, AppChatStreamError } from './lib/app-chat-stream.js';
 export { MissingToolHandlerError, type PendingToolCall } from './lib/tools.js';
 export type { CreateAgentParams, UpdateAgentParams } from './resources/agents.js';
+export { ApiKeys } from './resources/api-keys.js';
 export { Artifacts } from './resources/artifacts.js';
+export { Auth } from './resources/auth.js';
 export { Chat, ChatStream, type ChatStreamOptions, type ChatStreamParams } from './resources/chat.js';
+export {
+  type ImageEditParams,
+  type ImageGenerateParams,
+  type ImageInput,
+  type ImageResult,
+  Images,
+} from './resources/images.js';
 export { Conversations, Insights } from './resources/insights.js';
+export { Invitations, Members } from './resources/members.js';
 export { Models } from './resources/models.js';
+export {
+  Rag,
+  RagDocuments,
+  type RagFileInput,
+  type RagQueryOptions,
+  type RagQueryParams,
+  type RagUploadParams,
+} from './resources/rag.js';
 export {
   isTerminalRunStatus,
   type PollOptions,
@@ -39,4 +57,5 @@ export type {
   StorageListQuery,
   Uploadable,
 } from './resources/storage.js';
+export { ToolServers } from './resources/tool-servers.js';
 export type * from './resources/types.js';

@@ -1,6 +1,7 @@
 import express, { type Express } from 'express';
 import helmet from 'helmet';
 import type { ServerDeps } from './context.js';
+import { consoleRouter } from './http/console.js';
 import { docsRouter } from './http/docs.js';
 import { AppError, errorHandler, sendError } from './http/errors.js';
 import { jsonBodyParser } from './http/json-body.js';
@@ -53,6 +54,29 @@ export function createApp(deps: ServerDeps): Express {
   });
   app.use('/docs', helmet({ contentSecurityPolicy: false }), docsRouter('/api/v1/openapi.json'));
 
+  app.use('/api/v1', apiRouter(deps));
+  // The same API for the web console: the signed-in person's session is the principal of
+  // every route (decision 0025); /api/v1 keeps spec 5's rules.
+  app.use(
+    CONSOLE_API_PATH,
+    (req, _res, next) => {
+      req.consoleApi = true;
+      next();
+    },
+    apiRouter(deps),
+  );
+  app.use(consoleRouter(deps.config.consoleDir));
+
+  // Anything else, including other versions under /api: 404 with the standard body.
+  app.use((_req, res) => sendError(res, new AppError(404, 'Not found', 'NOT_FOUND')));
+  app.use(errorHandler(deps.log));
+  return app;
+}
+
+/** Where the web console reaches the API with its session cookie. */
+export const CONSOLE_API_PATH = '/console-api/v1';
+
+function apiRouter(deps: ServerDeps): express.Router {
   const v1 = express.Router();
   v1.use(apiHelmet());
   for (const mod of rawRouteModules) mod.mount(v1, deps);
@@ -60,10 +84,5 @@ export function createApp(deps: ServerDeps): Express {
   // before tRPC serialises it (JSON.stringify overflowed the stack at 10,000 levels).
   v1.use(jsonBodyParser(OPENAPI_MAX_BODY));
   v1.use(openApiHandler(appRouter, deps));
-  app.use('/api/v1', v1);
-
-  // Anything else, including other versions under /api: 404 with the standard body.
-  app.use((_req, res) => sendError(res, new AppError(404, 'Not found', 'NOT_FOUND')));
-  app.use(errorHandler(deps.log));
-  return app;
+  return v1;
 }

@@ -1,4 +1,5 @@
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { z } from 'zod';
 
 const optionalString = z
@@ -40,6 +41,16 @@ export const ConfigSchema = z.object({
   INIT_CREDITS_USD: optionalString,
   INIT_MONTHLY_TOKEN_QUOTA: optionalString,
   SHUTDOWN_GRACE_MS: intFromEnv(10_000),
+  CONSOLE_DIR: optionalString,
+  /** Default monthly document-question quota per workspace (`unlimited` or unset: none). */
+  RAG_MONTHLY_QUERY_QUOTA: optionalString.transform((v, ctx): number | null => {
+    if (v === undefined || v === 'unlimited') return null;
+    if (!/^\d+$/.test(v)) {
+      ctx.addIssue({ code: 'custom', message: `expected a non-negative integer or "unlimited", got "${v}"` });
+      return z.NEVER;
+    }
+    return Number(v);
+  }),
   /** express `trust proxy`: "true", a hop count, or a list of addresses/subnets; off by default. */
   TRUST_PROXY: optionalString.transform((v): boolean | number | string => {
     if (v === undefined || v === 'false') return false;
@@ -60,6 +71,10 @@ export interface Config {
   signingSecret: string | undefined;
   shutdownGraceMs: number;
   trustProxy: boolean | number | string;
+  /** The web console's built files (`packages/console/dist` unless `CONSOLE_DIR` says otherwise). */
+  consoleDir: string;
+  /** Document question answering: the default monthly query quota (null = unlimited). */
+  rag: { monthlyQueryQuota: number | null };
   init: {
     workspaceName?: string;
     userEmail?: string;
@@ -95,6 +110,11 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     signingSecret: e.SIGNING_SECRET,
     shutdownGraceMs: e.SHUTDOWN_GRACE_MS,
     trustProxy: e.TRUST_PROXY,
+    consoleDir: e.CONSOLE_DIR
+      ? path.resolve(env.INIT_CWD ?? '', e.CONSOLE_DIR)
+      : // src/config.ts and the built dist/main.js sit at the same depth of packages/server.
+        fileURLToPath(new URL('../../console/dist', import.meta.url)),
+    rag: { monthlyQueryQuota: e.RAG_MONTHLY_QUERY_QUOTA },
     init: {
       workspaceName: e.INIT_WORKSPACE_NAME,
       userEmail: e.INIT_USER_EMAIL,

@@ -1,4 +1,3 @@
-import { randomBytes } from 'node:crypto';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { EntityManager } from '@mikro-orm/postgresql';
@@ -7,6 +6,7 @@ import type { Logger } from 'pino';
 import { createApp } from './app.js';
 import { prepareDummyHash } from './auth/passwords.js';
 import { identitySettingsFromEnv } from './auth/settings.js';
+import { ensureSigningSecret } from './auth/signing-secret.js';
 import { type Config, loadConfig } from './config.js';
 import type { ServerDeps } from './context.js';
 import { prepareDataDir } from './data-dir.js';
@@ -45,20 +45,6 @@ export interface AiSuiteServer {
   close(): Promise<void>;
 }
 
-/** Reads the shared signing secret, creating it once per database (all processes agree). */
-async function ensureSigningSecret(em: EntityManager, configured: string | undefined) {
-  if (configured) return configured;
-  const conn = em.getConnection();
-  await conn.execute(
-    "insert into server_settings (key, value) values ('signing_secret', ?) on conflict (key) do nothing",
-    [randomBytes(32).toString('base64url')],
-  );
-  const rows = await conn.execute<{ value: string }[]>(
-    "select value from server_settings where key = 'signing_secret'",
-  );
-  return rows[0]?.value as string;
-}
-
 export async function createServer(opts: CreateServerOptions = {}): Promise<AiSuiteServer> {
   const config = opts.config ?? loadConfig(opts.env);
   const log = opts.logger ?? createLogger(config.logLevel);
@@ -86,7 +72,7 @@ export async function createServer(opts: CreateServerOptions = {}): Promise<AiSu
   }
   // Signed links of the embedded store point at PUBLIC_BASE_URL, else at the listening address.
   let listeningUrl = `http://127.0.0.1:${config.port}`;
-  const objects = createObjectStore(config, () => config.publicBaseUrl ?? listeningUrl);
+  const objects = await createObjectStore(config, () => config.publicBaseUrl ?? listeningUrl);
   try {
     // A missing bucket or refused credentials stop the start with the reason, rather than
     // surfacing as a 500 at the first upload.
@@ -95,7 +81,7 @@ export async function createServer(opts: CreateServerOptions = {}): Promise<AiSu
     await db.close();
     throw err;
   }
-  const runs = createRunEngine({ config, log, em });
+  const runs = createRunEngine({ config, log, em, onSweep: () => ai.metering.settleExpired() });
   const poolMetering = ai.metering.using(db.sql, { batchUsage: true });
   const deps: ServerDeps = { config, db, log, em, identity, ...ai, poolMetering, objects, runs };
   registerAgentRuntime(deps);

@@ -63,6 +63,11 @@ describe('pnpm start', () => {
       expect((await fetch(`${url}/readyz`)).status).toBe(200);
       serverPid = (JSON.parse(fs.readFileSync(path.join(dataDir, LOCK_FILE), 'utf8')) as { pid: number }).pid;
       expect(serverPid).not.toBe(child.pid);
+      // The memory settings of decision 0019 reach the server process.
+      const argv = fs.readFileSync(`/proc/${serverPid}/cmdline`, 'utf8').split('\0');
+      expect(argv).toContain('--liftoff-only');
+      const environ = fs.readFileSync(`/proc/${serverPid}/environ`, 'utf8').split('\0');
+      expect(environ).toContain('MALLOC_ARENA_MAX=2');
 
       // A request still in flight (headers not complete): the server waits for it up to the grace.
       const { port } = new URL(url);

@@ -72,7 +72,7 @@ export interface RecordedRequest {
 export interface FakeOpenAIOptions {
   /** Reply when the script is empty (default: text "Hello from the fake model."). */
   defaultReply?: FakeChatReply | ((body: any) => FakeChatReply);
-  /** Embedding vector dimension (default 8). */
+  /** Embedding vector dimension (default 64). */
   embeddingDimensions?: number;
   /** Required bearer token; requests with another answer 401 (default: any). */
   apiKey?: string;
@@ -116,15 +116,30 @@ function promptChars(body: any): number {
   return n;
 }
 
-/** A deterministic unit vector per text: same text, same vector. */
+const STOPWORDS = new Set(
+  'a an and are as at be by did does do for from has have how in is it its of on or that the this to was were what when where which who why will with'.split(
+    ' ',
+  ),
+);
+
+/**
+ * A deterministic unit vector per text: a hashed bag of words (each word, lower-cased and
+ * without common stop words, adds ±1 to the dimension its hash picks), so texts sharing
+ * words are near each other and the same text always gets the same vector. A text without
+ * words gets a vector hashed from its characters.
+ */
 function embedText(text: string, dims: number): number[] {
-  const out: number[] = [];
-  let seed = createHash('sha256').update(text).digest();
-  while (out.length < dims) {
-    for (let i = 0; i + 4 <= seed.length && out.length < dims; i += 4) {
-      out.push(seed.readInt32BE(i) / 2 ** 31);
-    }
-    seed = createHash('sha256').update(seed).digest();
+  const out: number[] = new Array<number>(dims).fill(0);
+  const words = text.toLowerCase().match(/[\p{L}\p{N}]+/gu) ?? [];
+  for (const w of words) {
+    if (STOPWORDS.has(w)) continue;
+    const h = createHash('sha256').update(w).digest();
+    const i = h.readUInt32BE(0) % dims;
+    out[i] = (out[i] ?? 0) + (h[4] !== undefined && h[4] & 1 ? -1 : 1);
+  }
+  if (!out.some((v) => v !== 0)) {
+    const seed = createHash('sha256').update(text).digest();
+    for (let i = 0; i < dims; i++) out[i] = (seed[i % seed.length] ?? 0) - 127.5;
   }
   const norm = Math.sqrt(out.reduce((s, v) => s + v * v, 0)) || 1;
   return out.map((v) => v / norm);
@@ -144,7 +159,7 @@ export async function startFakeOpenAI(opts: FakeOpenAIOptions = {}): Promise<Fak
   const embedScript: FakeEmbeddingReply[] = [];
   const requests: RecordedRequest[] = [];
   const waiters: { n: number; resolve: () => void }[] = [];
-  const dims = opts.embeddingDimensions ?? 8;
+  const dims = opts.embeddingDimensions ?? 64;
   const sockets = new Set<import('node:net').Socket>();
 
   const chatCount = () => requests.filter((r) => r.path.endsWith('/chat/completions')).length;

@@ -14,7 +14,7 @@ export interface RecordedHttpRequest {
 export interface HttpReply {
   status?: number;
   headers?: Record<string, string>;
-  /** A string is sent as is; anything else as JSON. */
+  /** A string is sent as is (UTF-8), a Buffer byte for byte; anything else as JSON. */
   body?: unknown;
   /** Delay before answering, ms. */
   delayMs?: number;
@@ -83,6 +83,11 @@ export async function startHttpFixture(
     try {
       const reply = await handler(rec);
       if (reply.delayMs) await sleep(reply.delayMs);
+      if (Buffer.isBuffer(reply.body)) {
+        res.writeHead(reply.status ?? 200, { 'content-type': 'application/octet-stream', ...reply.headers });
+        res.end(reply.body);
+        return;
+      }
       const isText = typeof reply.body === 'string';
       res.writeHead(reply.status ?? 200, {
         'content-type': isText ? 'text/plain; charset=utf-8' : 'application/json',

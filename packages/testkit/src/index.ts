@@ -1,6 +1,9 @@
 export * from './fake-demo.js';
 export * from './fake-openai.js';
+export * from './fake-openai-images.js';
+export * from './fake-replicate.js';
 export * from './fake-search.js';
+export * from './fake-smtp.js';
 export {
   buildTarball,
   type FakeGitHost,
@@ -10,4 +13,5 @@ export {
   startFakeGitHost,
 } from './githost.js';
 export * from './http-fixture.js';
+export * from './images.js';
 export * from './mcp-server.js';

@@ -8,15 +8,15 @@ export interface ListeningServer {
   close(): Promise<void>;
 }
 
-/** Serves `handler` on a free port of 127.0.0.1: the base of every fake upstream. */
-export function listen(handler: http.RequestListener): Promise<ListeningServer> {
+/** Serves `handler` on 127.0.0.1 (a free port unless `port` is given): the base of every fake upstream. */
+export function listen(handler: http.RequestListener, port = 0): Promise<ListeningServer> {
   return new Promise((resolve, reject) => {
     const server = http.createServer(handler);
     server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as AddressInfo;
+    server.listen(port, '127.0.0.1', () => {
+      const { port: bound } = server.address() as AddressInfo;
       resolve({
-        url: `http://127.0.0.1:${port}`,
+        url: `http://127.0.0.1:${bound}`,
         server,
         close: () =>
           new Promise<void>((done) => {

@@ -43,9 +43,13 @@ export const DEFAULT_MCP_TOOLS: McpToolSpec[] = [
 
 /**
  * A real MCP server built with `@modelcontextprotocol/sdk`, served over Streamable HTTP on
- * loopback (stateless: a server and transport per request).
+ * loopback (stateless: a server and transport per request). With `requireHeader`, requests
+ * without that header and value get 401.
  */
-export async function startTestMcpServer(tools: McpToolSpec[] = DEFAULT_MCP_TOOLS): Promise<TestMcpServer> {
+export async function startTestMcpServer(
+  tools: McpToolSpec[] = DEFAULT_MCP_TOOLS,
+  opts: { requireHeader?: { name: string; value: string } } = {},
+): Promise<TestMcpServer> {
   const calls: TestMcpServer['calls'] = [];
   const build = () => {
     const server = new Server(
@@ -80,6 +84,11 @@ export async function startTestMcpServer(tools: McpToolSpec[] = DEFAULT_MCP_TOOL
   const httpServer = http.createServer(async (req, res) => {
     if (!req.url?.startsWith('/mcp')) {
       res.writeHead(404).end();
+      return;
+    }
+    const need = opts.requireHeader;
+    if (need && req.headers[need.name.toLowerCase()] !== need.value) {
+      res.writeHead(401, { 'content-type': 'application/json' }).end('{"error":"unauthorized"}');
       return;
     }
     const server = build();

@@ -132,6 +132,231 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/workspaces/{workspaceId}/api-keys": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List the workspace’s API keys with their usage
+         * @description Extension: spec 2.1 keeps key creation and deletion out of the API-key API ("web interface only"); these operations are that web interface’s, so they accept only a session (an API key gets 401 `Authentication required`) of an owner or admin of the workspace (a member gets 403 `Insufficient permissions to create API keys`).
+         */
+        get: operations["apiKeys-list"];
+        put?: never;
+        /**
+         * Create an API key (shown once)
+         * @description Extension: spec 2.1 keeps key creation and deletion out of the API-key API ("web interface only"); these operations are that web interface’s, so they accept only a session (an API key gets 401 `Authentication required`) of an owner or admin of the workspace (a member gets 403 `Insufficient permissions to create API keys`). At most 10 active keys per workspace: the 11th answers 400 `API_KEY_LIMIT_REACHED`.
+         */
+        post: operations["apiKeys-create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/workspaces/{workspaceId}/api-keys/{keyId}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Revoke an API key (effective on its next request)
+         * @description Extension: spec 2.1 keeps key creation and deletion out of the API-key API ("web interface only"); these operations are that web interface’s, so they accept only a session (an API key gets 401 `Authentication required`) of an owner or admin of the workspace (a member gets 403 `Insufficient permissions to create API keys`).
+         */
+        delete: operations["apiKeys-revoke"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/workspaces/{workspaceId}/members": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The members of the workspace and their roles (any member) */
+        get: operations["members-list"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/workspaces/{workspaceId}/members/{userId}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Remove a member, or leave (your own user id)
+         * @description Owners and admins remove members (only owners remove owners); anyone may leave. The last owner cannot leave or be removed (409 `LAST_OWNER`). The removed person’s sessions lose the workspace at once.
+         */
+        delete: operations["members-remove"];
+        options?: never;
+        head?: never;
+        /**
+         * Change a member’s role (owners and admins; only owners touch the owner role)
+         * @description A member cannot change roles (403); an admin cannot grant, change or remove the owner role (403); the last owner cannot be demoted (409 `LAST_OWNER`). Takes effect on the member’s next request.
+         */
+        patch: operations["members-changeRole"];
+        trace?: never;
+    };
+    "/workspaces/{workspaceId}/invitations": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The workspace’s invitations, newest first, with their status (owners and admins) */
+        get: operations["members-listInvitations"];
+        put?: never;
+        /**
+         * Invite someone by email (owners and admins)
+         * @description Returns a signed, single-use link that expires after `AUTH_INVITATION_TTL_SECONDS`, and mails it when SMTP is configured. Only owners invite owners. A new invitation to the same email revokes the pending one.
+         */
+        post: operations["members-invite"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/workspaces/{workspaceId}/invitations/{invitationId}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /** Revoke a pending invitation (its link stops working) */
+        delete: operations["members-revokeInvitation"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/auth/invitations/preview": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** What an invitation link offers (workspace, email, role, expiry) */
+        post: operations["members-previewInvitation"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/auth/invitations/accept": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Accept an invitation: join the workspace and get a session acting in it
+         * @description For an email without an account, `password` creates it. For an existing account, the request carries a session of that person or `password` is theirs. The link works once; a forged, used, revoked or expired one answers 400 `Invalid or expired invitation`.
+         */
+        post: operations["members-acceptInvitation"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/auth/sign-up": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Create an account and a workspace of its own (when AUTH_SIGNUP_ENABLED)
+         * @description Off by default (403 `Sign-up is disabled`): operators invite people instead. The new account owns a new workspace and gets a session acting in it.
+         */
+        post: operations["members-signUp"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/workspaces/{workspaceId}/tool-servers": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The MCP servers connected to the workspace (any member) */
+        get: operations["toolServers-list"];
+        put?: never;
+        /**
+         * Connect an MCP server (owners and admins)
+         * @description The URL passes the outbound (SSRF) guard, then the server is checked over MCP (Streamable HTTP: initialize and list tools) and its tool list recorded. The optional auth header is stored encrypted and never shown again. Agents use it with `capabilities.mcp_servers: [{"toolServerId": "…"}]`.
+         */
+        post: operations["toolServers-connect"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/workspaces/{workspaceId}/tool-servers/{toolServerId}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Disconnect an MCP server (owners and admins)
+         * @description Its stored secret is deleted; agents referencing it no longer get its tools.
+         */
+        delete: operations["toolServers-disconnect"];
+        options?: never;
+        head?: never;
+        /**
+         * Enable or disable a connected MCP server (owners and admins)
+         * @description A disabled server is not offered to any agent turn from the next turn on.
+         */
+        patch: operations["toolServers-update"];
+        trace?: never;
+    };
     "/integration-packs": {
         parameters: {
             query?: never;
@@ -175,6 +400,26 @@ export interface paths {
         };
         /** List platform tools (public), optionally filtered */
         get: operations["catalogs-listPlatformTools"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/managed-agents/config-defaults": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The platform defaults of an agent config (extension of the spec)
+         * @description Extension: not in the interface specification. The config every agent starts from: a create deep-merges its `config` over these (objects key by key, arrays and scalars replace), an update deep-merges over the stored config.
+         */
+        get: operations["agents-configDefaults"];
         put?: never;
         post?: never;
         delete?: never;
@@ -696,6 +941,46 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/workspaces/{workspaceId}/insights/usage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Workspace usage over time (extension of the spec)
+         * @description Extension: not in the interface specification. Usage records of the last `days` days (1–90, default 30; UTC days, today included): totals, requests/tokens/cost by day (every day, zeros included), by model and by API key (`apiKeyId` null: calls without a key, from the web console), the 20 most recent failed calls, the credit balance and the token quota of the current billing cycle with its reset. 401 `Unauthorized` when `workspaceId` is not the caller's workspace.
+         */
+        get: operations["insights-usage"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/workspaces/{workspaceId}/insights/usage/requests/{requestId}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The usage records of one request (extension of the spec)
+         * @description Extension: not in the interface specification. The usage records a request wrote, found by the `X-Request-Id` of its response (oldest first): model, tokens, cost, status. A streamed reply's record is written just after the stream ends, so an empty `data` right after it may fill a moment later. 401 `Unauthorized` when `workspaceId` is not the caller's workspace.
+         */
+        get: operations["insights-requestUsage"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/models": {
         parameters: {
             query?: never;
@@ -710,6 +995,86 @@ export interface paths {
         get: operations["models-list"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/rag/query": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Ask a question answered from the workspace documents, with sources down to the page
+         * @description Session only (401 `Authentication required`, also for API keys). Hybrid retrieval (full text + vectors, reciprocal rank fusion), then the chat model answers from the retrieved chunks only, citing them as `[n]` in `sources` order, or says the documents do not contain the answer. 400 `Query is required and must be a string`, `workspace_id is required`; 403 `Access denied to workspace`, `RAG service not enabled for this workspace` (before the first upload); 429 `Monthly quota exceeded` with `quota` and `current_usage`; 402 `INSUFFICIENT_CREDITS`; 500 `Failed to process query`.
+         */
+        post: operations["rag-query"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/rag/documents": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Documents of the workspace index with their status and chunk counts
+         * @description Newest first. 403 `Access denied to workspace`, `RAG service not enabled for this workspace` before the first upload.
+         */
+        get: operations["rag-listDocuments"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/rag/documents/{documentId}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Delete a document: its chunks, its storage file and its object go with it
+         * @description 404 `Document not found` (also for another workspace’s document).
+         */
+        delete: operations["rag-deleteDocument"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/rag/documents/{documentId}/reindex": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Extract, chunk and embed a document again from its stored file (e.g. after changing the embedding model)
+         * @description 404 `Document not found`. Answers with the document as it is afterwards (`failed` with `error` if it could not be read).
+         */
+        post: operations["rag-reindexDocument"];
         delete?: never;
         options?: never;
         head?: never;
@@ -944,6 +1309,47 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/image": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Connectivity check of the image API */
+        get: operations["image-info"];
+        put?: never;
+        /**
+         * Generate an image from a prompt, or edit a source image, optionally with the ultrasound profile
+         * @description Credit-metered per image (plus tokens where the provider reports them). Exactly one source for `edit`: `image` (base64), `image_url` or `raw_image_id`. Stored results (`store`) become storage files of type `image`. docs/image.md.
+         */
+        post: operations["image-create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/rag/upload": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Upload documents to the workspace index (multipart, streamed)
+         * @description Session only (401 `Authentication required`). `workspace_id` must precede the `files[]` parts. Supported: .txt, .md, .csv, .json, .pdf, .docx, each up to 100 MB. The index is provisioned on the first upload. Partial success: each file has its own outcome; an unsupported type fails with `File type <type> not supported for <name>`, an oversized file with `File <name> exceeds maximum size of 100MB`. When every file fails for one of these reasons the request answers 400 with the first. 400 `workspace_id is required`, `At least one file is required`; 403 `Access denied to workspace`; 500 `Failed to upload files`.
+         */
+        post: operations["rag-upload"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -970,7 +1376,7 @@ export interface components {
                     /** @enum {string} */
                     web_provider?: "brave" | "tavily" | "both";
                 };
-                mcp_servers?: components["schemas"]["McpServerConfig"][];
+                mcp_servers?: components["schemas"]["McpServerItem"][];
             };
             compute?: {
                 maxIterations?: number;
@@ -978,6 +1384,11 @@ export interface components {
             };
             toolAllowlist?: string[] | null;
             customTools?: components["schemas"]["CustomTool"][];
+        };
+        McpServerItem: components["schemas"]["McpServerRef"] | components["schemas"]["McpServerConfig"];
+        McpServerRef: {
+            toolServerId: string;
+            allowedTools?: string[];
         };
         McpServerConfig: {
             name: string;
@@ -1084,6 +1495,27 @@ export interface components {
             };
             externalRef?: string;
             model?: string;
+        };
+        ImageRequest: {
+            prompt?: string;
+            /** @enum {string} */
+            operation?: "generate" | "edit";
+            model?: string;
+            /** @enum {string} */
+            profile?: "ultrasound";
+            /** @description Base64 source image, with or without a `data:image/…;base64,` prefix */
+            image?: string;
+            /** @description http(s) URL of a PNG, JPEG, WebP or GIF source image, fetched through the SSRF guard */
+            image_url?: string;
+            /** @description Id of a stored raw image (storage file of type `image`) of this workspace */
+            raw_image_id?: string;
+            /**
+             * @description `replicate` (default) or `openai` (an OpenAI-compatible images API; only with profile `ultrasound`)
+             * @enum {string}
+             */
+            provider?: "replicate" | "openai";
+            /** @description Store the raw and processed images as storage files of type `image`. Default: true when the server stores objects in S3 (`IMAGE_STORE_DEFAULT=auto`), else false. */
+            store?: boolean;
         };
         Me: {
             workspace: {
@@ -1323,6 +1755,114 @@ export interface components {
             issues?: {
                 message: string;
             }[];
+        };
+        ApiKey: {
+            id: string;
+            workspaceId: string;
+            name: string | null;
+            /** @description `svc_ai_` and the first four characters of the key, for recognising it */
+            prefix: string;
+            createdAt: string;
+            /** @description Recorded at most once a minute */
+            lastUsedAt: string | null;
+            revokedAt: string | null;
+            /** @description What this key has consumed (every key shares the workspace pool and balance) */
+            usage: {
+                requests: number;
+                inputTokens: number;
+                outputTokens: number;
+                costUsd: number;
+            };
+        };
+        CreatedApiKey: {
+            /** @description The key (`svc_ai_…`), shown only this once */
+            key: string;
+            apiKey: components["schemas"]["ApiKey"];
+        };
+        Member: {
+            userId: string;
+            email: string;
+            name: string | null;
+            role: components["schemas"]["Role"];
+            joinedAt: string;
+        };
+        /**
+         * LAST_OWNER error (409)
+         * @description The error information
+         * @example {
+         *       "code": "CONFLICT",
+         *       "message": "LAST_OWNER",
+         *       "issues": []
+         *     }
+         */
+        "error.CONFLICT": {
+            /**
+             * @description The error message
+             * @example LAST_OWNER
+             */
+            message: string;
+            /**
+             * @description The error code
+             * @example CONFLICT
+             */
+            code: string;
+            /**
+             * @description An array of issues that were responsible for the error
+             * @example []
+             */
+            issues?: {
+                message: string;
+            }[];
+        };
+        CreatedInvitation: {
+            invitation: components["schemas"]["Invitation"];
+            /** @description The signed, single-use invitation token (`svc_iv_…`) */
+            token: string;
+            /** @description The link to hand to the person: the console page with the token in its fragment */
+            url: string;
+            /** @description Whether the link was mailed (SMTP configured and the server accepted it) */
+            mailed: boolean;
+        };
+        Invitation: {
+            id: string;
+            workspaceId: string;
+            email: string;
+            role: components["schemas"]["Role"];
+            /** @enum {string} */
+            status: "pending" | "accepted" | "revoked" | "expired";
+            /** @description User id of the inviter (null: the operator CLI) */
+            invitedBy: string | null;
+            createdAt: string;
+            expiresAt: string;
+            acceptedAt: string | null;
+        };
+        InvitationPreview: {
+            workspace: {
+                id: string;
+                name: string;
+            };
+            email: string;
+            role: components["schemas"]["Role"];
+            expiresAt: string;
+            /** @description An account with this email exists: accept signed in as it, or with its password */
+            accountExists: boolean;
+        };
+        ToolServer: {
+            id: string;
+            workspaceId: string;
+            name: string;
+            url: string;
+            /** @description Disabled servers are not offered to any agent turn */
+            enabled: boolean;
+            /** @description The header sent with the stored secret (its value is never shown) */
+            authHeaderName: string | null;
+            /** @description The tools the server listed when it was connected */
+            tools: {
+                name: string;
+                description: string | null;
+            }[];
+            createdAt: string;
+            updatedAt: string;
         };
         IntegrationPack: {
             id: string;
@@ -1917,6 +2457,79 @@ export interface components {
             provider_status: string;
             usage_timestamp: string;
         };
+        WorkspaceUsage: {
+            /** @description Start of the window (midnight UTC, inclusive) */
+            from: string;
+            /** @description End of the window (now) */
+            to: string;
+            credits: {
+                balanceUsd: number;
+            };
+            tokenQuota: {
+                /** @description Monthly token quota; null: unlimited */
+                quota: number | null;
+                /** @description Tokens used in the current billing cycle */
+                used: number;
+                cycleStart: string;
+                resetsAt: string;
+            };
+            totals: {
+                requests: number;
+                inputTokens: number;
+                outputTokens: number;
+                costUsd: number;
+                errors: number;
+            };
+            byDay: {
+                /** @description YYYY-MM-DD (UTC) */
+                date: string;
+                requests: number;
+                inputTokens: number;
+                outputTokens: number;
+                costUsd: number;
+            }[];
+            byModel: {
+                model: string;
+                requests: number;
+                inputTokens: number;
+                outputTokens: number;
+                costUsd: number;
+            }[];
+            byApiKey: {
+                /** @description null: calls made without a key (web console sessions) */
+                apiKeyId: string | null;
+                name: string | null;
+                prefix: string | null;
+                requests: number;
+                inputTokens: number;
+                outputTokens: number;
+                costUsd: number;
+            }[];
+            recentErrors: {
+                id: string;
+                createdAt: string;
+                endpoint: string;
+                model: string;
+                /** @description Provider status of the call (`error`, `aborted`, …) */
+                status: string;
+                requestId: string;
+                apiKeyId: string | null;
+            }[];
+        };
+        RequestUsage: {
+            data: {
+                id: string;
+                createdAt: string;
+                endpoint: string;
+                model: string;
+                inputTokens: number;
+                outputTokens: number;
+                costUsd: number;
+                status: string;
+                latencyMs: number;
+                apiKeyId: string | null;
+            }[];
+        };
         ModelList: {
             models: components["schemas"]["Model"][];
         };
@@ -1935,6 +2548,67 @@ export interface components {
             pricePerImage: number | null;
             /** @description Used when a request names no model of this kind */
             default: boolean;
+        };
+        RagQueryResult: {
+            /** @constant */
+            status: "success";
+            result: {
+                /** @description Generated from the sources only, citing them as [n] in `sources` order */
+                answer: string;
+                /** @description 0 to 1; 0 when the documents do not hold the answer */
+                confidence: number;
+                sources: components["schemas"]["RagSource"][];
+            };
+            usage: {
+                input_tokens: number;
+                output_tokens: number;
+                total_tokens: number;
+                embedding_tokens: number;
+                cost_usd: number;
+                model: string;
+            };
+            performance: {
+                retrieval_ms: number;
+                generation_ms: number;
+                total_ms: number;
+            };
+            workspace_id: string;
+            timestamp: string;
+        };
+        RagSource: {
+            /** @description The chunk of text */
+            content: string;
+            /** @description Document name */
+            document: string;
+            /** @description Page of the document (1 for documents without pages) */
+            page: number;
+            /** @description 0 to 1: the larger of the share of question terms the chunk contains and its cosine similarity */
+            confidence: number;
+            /** @description 0 to 1: fused rank score, normalised (see docs/rag.md) */
+            relevance_score: number;
+            /** @description With `include_metadata` (default true) */
+            metadata?: {
+                document_id: string;
+                chunk_index: number;
+                mime_type: string;
+                full_text_rank: number | null;
+                vector_rank: number | null;
+                vector_similarity: number | null;
+                term_coverage: number;
+            };
+        };
+        RagDocument: {
+            id: string;
+            name: string;
+            mimeType: string;
+            sizeBytes: number | null;
+            /** @enum {string} */
+            status: "queued" | "processing" | "ready" | "failed";
+            error: string | null;
+            chunks: number;
+            storageFileId: string | null;
+            createdAt: string;
+            updatedAt: string;
         };
         ImportResult: {
             imported: number;
@@ -2030,6 +2704,59 @@ export interface components {
                 attentionLevel: "elevated" | "moderate" | "for_awareness";
             }[];
             confidenceNotes: string;
+        };
+        ImageInfo: {
+            message: string;
+            endpoint: string;
+            methods: string[];
+            profiles: string[];
+        };
+        ImageResponse: {
+            model: string;
+            /** @description The resolved prompt sent to the model */
+            prompt: string;
+            /** @enum {string} */
+            operation: "generate" | "edit";
+            tokensUsed: number;
+            /** @enum {string} */
+            profile?: "ultrasound";
+            /** @enum {string} */
+            provider: "replicate" | "openai";
+            /** @description Base64 PNG (without a data: prefix), when nothing was stored */
+            image?: string;
+            /** @description Storage file id of the raw image */
+            raw_image_id?: string;
+            /** @description Storage file id of the processed PNG */
+            processed_run_id?: string;
+            /** @description Signed URL of the raw image, valid 15 minutes */
+            raw_url?: string;
+            /** @description Signed URL of the processed PNG, valid 15 minutes */
+            processed_url?: string;
+            request_id?: string;
+            /** @description Credits charged, in micro-dollars */
+            costMicros: number;
+        };
+        RagUploadResult: {
+            /** @constant */
+            status: "success";
+            message: string;
+            results: {
+                successful: number;
+                failed: number;
+                details: components["schemas"]["RagUploadDetail"][];
+            };
+            workspace_id: string;
+            timestamp: string;
+        };
+        RagUploadDetail: {
+            filename: string;
+            /** @description Null when the file was refused before it was stored */
+            documentId: string | null;
+            chunks: number;
+            /** @enum {string} */
+            status: "completed" | "failed";
+            /** @description Only when failed */
+            error?: string;
         };
         /** @description Standard error body of every failed request. */
         ErrorBody: {
@@ -2358,6 +3085,872 @@ export interface operations {
             };
         };
     };
+    "apiKeys-list": {
+        parameters: {
+            query?: {
+                includeRevoked?: "true" | "false";
+            };
+            header?: never;
+            path: {
+                workspaceId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        apiKeys: components["schemas"]["ApiKey"][];
+                    };
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Insufficient access */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "apiKeys-create": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                workspaceId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /** @description Optional descriptive name */
+                    name?: string | null;
+                };
+            };
+        };
+        responses: {
+            /** @description Successful response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CreatedApiKey"];
+                };
+            };
+            /** @description Validation error */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Insufficient access */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "apiKeys-revoke": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                workspaceId: string;
+                keyId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @constant */
+                        revoked: true;
+                        apiKey: components["schemas"]["ApiKey"];
+                    };
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Insufficient access */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Session not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "members-list": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                workspaceId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        members: components["schemas"]["Member"][];
+                    };
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Insufficient access */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "members-remove": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                workspaceId: string;
+                userId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @constant */
+                        removed: true;
+                        userId: string;
+                    };
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Insufficient access */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Session not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description LAST_OWNER */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "members-changeRole": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                workspaceId: string;
+                userId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /** @enum {string} */
+                    role: "owner" | "admin" | "member";
+                };
+            };
+        };
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        member: components["schemas"]["Member"];
+                    };
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Insufficient access */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Session not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description LAST_OWNER */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "members-listInvitations": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                workspaceId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        invitations: components["schemas"]["Invitation"][];
+                    };
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Insufficient access */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "members-invite": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                workspaceId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    email: string;
+                    /**
+                     * @default member
+                     * @enum {string}
+                     */
+                    role?: "owner" | "admin" | "member";
+                };
+            };
+        };
+        responses: {
+            /** @description Successful response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CreatedInvitation"];
+                };
+            };
+            /** @description Validation error */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Insufficient access */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description LAST_OWNER */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "members-revokeInvitation": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                workspaceId: string;
+                invitationId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        invitation: components["schemas"]["Invitation"];
+                    };
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Insufficient access */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Session not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "members-previewInvitation": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    token: string;
+                };
+            };
+        };
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InvitationPreview"];
+                };
+            };
+            /** @description Validation error */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "members-acceptInvitation": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    token: string;
+                    /** @description For a new account: its password (at least 8 characters). For an existing account not signed in: its password. */
+                    password?: string;
+                    /** @description Display name of a new account */
+                    name?: string | null;
+                };
+            };
+        };
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SignedIn"];
+                };
+            };
+            /** @description Validation error */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many failed sign-ins for this account or address (Retry-After) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "members-signUp": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    email: string;
+                    password: string;
+                    name?: string | null;
+                    /** @description Name of the workspace created for the new account (default: derived from the email) */
+                    workspaceName?: string;
+                };
+            };
+        };
+        responses: {
+            /** @description Successful response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SignedIn"];
+                };
+            };
+            /** @description Validation error */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Insufficient access */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description LAST_OWNER */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "toolServers-list": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                workspaceId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        toolServers: components["schemas"]["ToolServer"][];
+                    };
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Insufficient access */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "toolServers-connect": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                workspaceId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    name: string;
+                    url: string;
+                    /** @description Sent with every request to the server (e.g. `{"value":"Bearer …"}`); stored encrypted */
+                    authHeader?: {
+                        /** @default Authorization */
+                        name?: string;
+                        value: string;
+                    };
+                };
+            };
+        };
+        responses: {
+            /** @description Successful response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        toolServer: components["schemas"]["ToolServer"];
+                    };
+                };
+            };
+            /** @description Validation error */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Insufficient access */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description LAST_OWNER */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "toolServers-disconnect": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                workspaceId: string;
+                toolServerId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @constant */
+                        disconnected: true;
+                        toolServerId: string;
+                    };
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Insufficient access */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Session not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "toolServers-update": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                workspaceId: string;
+                toolServerId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    enabled: boolean;
+                };
+            };
+        };
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        toolServer: components["schemas"]["ToolServer"];
+                    };
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Insufficient access */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Session not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
     "catalogs-listPacks": {
         parameters: {
             query?: never;
@@ -2494,6 +4087,57 @@ export interface operations {
             };
             /** @description Session not found */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal server error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "agents-configDefaults": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        config: {
+                            [key: string]: unknown;
+                        };
+                    };
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Insufficient access */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5153,6 +6797,143 @@ export interface operations {
             };
         };
     };
+    "insights-usage": {
+        parameters: {
+            query?: {
+                days?: number;
+            };
+            header?: never;
+            path: {
+                workspaceId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WorkspaceUsage"];
+                };
+            };
+            /** @description Validation error */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Insufficient access */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Session not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal server error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "insights-requestUsage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                workspaceId: string;
+                requestId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestUsage"];
+                };
+            };
+            /** @description Validation error */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Insufficient access */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Session not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal server error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
     "models-list": {
         parameters: {
             query?: {
@@ -5202,6 +6983,288 @@ export interface operations {
             };
             /** @description Session not found */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal server error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "rag-query": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    query: string;
+                    /** @description Workspace to search: the signed-in person must be a member, otherwise 403 */
+                    workspace_id: string;
+                    options?: {
+                        /** @description Default 5 */
+                        max_sources?: number;
+                        /** @description Default 0.7. Minimum `relevance_score` of a source (0 to 1): the fused rank score divided by the best possible one. 0.7 keeps chunks found by both the full-text and the vector stage (see docs/rag.md). */
+                        confidence_threshold?: number;
+                        /** @description Default true: each source carries `metadata` */
+                        include_metadata?: boolean;
+                        /** @description Conversation continuity: follow-up questions see the previous turns of this id */
+                        session_id?: string;
+                    };
+                };
+            };
+        };
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RagQueryResult"];
+                };
+            };
+            /** @description Validation error */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Insufficient access */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal server error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "rag-listDocuments": {
+        parameters: {
+            query: {
+                /** @description Workspace to search: the signed-in person must be a member, otherwise 403 */
+                workspace_id: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        documents: components["schemas"]["RagDocument"][];
+                    };
+                };
+            };
+            /** @description Validation error */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Insufficient access */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Session not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal server error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "rag-deleteDocument": {
+        parameters: {
+            query: {
+                /** @description Workspace to search: the signed-in person must be a member, otherwise 403 */
+                workspace_id: string;
+            };
+            header?: never;
+            path: {
+                documentId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @constant */
+                        deleted: true;
+                    };
+                };
+            };
+            /** @description Validation error */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Insufficient access */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Session not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal server error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "rag-reindexDocument": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                documentId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /** @description Workspace to search: the signed-in person must be a member, otherwise 403 */
+                    workspace_id: string;
+                };
+            };
+        };
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RagDocument"];
+                };
+            };
+            /** @description Validation error */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Insufficient access */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5647,6 +7710,194 @@ export interface operations {
             };
             /** @description `No AI model configured` */
             503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "image-info": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The endpoint answers */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ImageInfo"];
+                };
+            };
+            /** @description `Invalid API key` */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "image-create": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ImageRequest"];
+            };
+        };
+        responses: {
+            /** @description The image */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ImageResponse"];
+                };
+            };
+            /** @description `Prompt is required`; code `MISSING_IMAGE_INPUT`; `Invalid model` (`INVALID_MODEL`); `PROVIDER_NOT_ALLOWED`; `MULTIPLE_IMAGE_INPUTS`; `UNSUPPORTED_IMAGE_TYPE`; `INVALID_IMAGE`; `IMAGE_TOO_LARGE` (dimensions); `URL_NOT_ALLOWED`; `IMAGE_FETCH_FAILED`; `VALIDATION_ERROR` */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `Invalid API key` */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description code `INSUFFICIENT_CREDITS` */
+            402: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `File not found` (`raw_image_id` of no image of this workspace) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description code `IMAGE_TOO_LARGE`: the image (or the body) exceeds `IMAGE_MAX_BYTES` */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The provider's quota message (code `PROVIDER_QUOTA_EXCEEDED`) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `Failed to generate image: <details>` (code `IMAGE_GENERATION_FAILED`) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `No AI model configured`; `Model configuration error` */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "rag-upload": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "multipart/form-data": {
+                    workspace_id: string;
+                    "files[]": string[];
+                };
+            };
+        };
+        responses: {
+            /** @description Per-file outcome */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RagUploadResult"];
+                };
+            };
+            /** @description Validation error */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `Authentication required` */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `Access denied to workspace` */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `Failed to upload files` */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -41,6 +41,11 @@ export class Agents {
   constructor(private readonly client: AiSuite) {}
 
   /** Await for `{ agents }`, or `for await (const agent of client.agents.list())`. */
+  /** The platform defaults every agent config is deep-merged over (an extension). */
+  configDefaults(opts: Opts = {}): APIPromise<{ config: Record<string, unknown> }> {
+    return this.client.request({ method: 'GET', path: '/managed-agents/config-defaults', ...opts });
+  }
+
   list(opts: Opts = {}): PagePromise<{ agents: AgentListItem[] }, AgentListItem> {
     return new PagePromise(
       () => this.client.request({ method: 'GET', path: '/managed-agents/agents', ...opts }),

@@ -1,10 +1,13 @@
 import type { AiSuite } from '../client.js';
+import type { APIPromise } from '../core/api-promise.js';
 import { dataMetaPages, PagePromise } from '../core/pagination.js';
 import type {
   ConversationDetail,
   ConversationList,
   ConversationListParams,
   ConversationSummary,
+  RequestUsage,
+  WorkspaceUsage,
 } from './types.js';
 
 const BASE = '/insights/conversations';
@@ -51,7 +54,28 @@ export class Conversations {
 
 export class Insights {
   readonly conversations: Conversations;
-  constructor(client: AiSuite) {
+  constructor(private readonly client: AiSuite) {
     this.conversations = new Conversations(client);
+  }
+
+  /**
+   * The workspace's usage over the last `days` days (1–90, default 30): totals, by day, by
+   * model, by API key, recent failed calls, credit balance and token quota (an extension).
+   */
+  usage(query: { days?: number } = {}, opts: Opts = {}): APIPromise<WorkspaceUsage> {
+    return this.client.inWorkspace('/insights/usage', (path) =>
+      this.client.request<WorkspaceUsage>({ method: 'GET', path, query, ...opts }),
+    );
+  }
+
+  /**
+   * The usage records one request wrote, by the `X-Request-Id` of its response (e.g.
+   * `(await stream.response()).headers.get('x-request-id')`). Written just after a stream
+   * ends: empty right after it, filled a moment later.
+   */
+  requestUsage(requestId: string, opts: Opts = {}): APIPromise<RequestUsage> {
+    return this.client.inWorkspace(`/insights/usage/requests/${encodeURIComponent(requestId)}`, (path) =>
+      this.client.request<RequestUsage>({ method: 'GET', path, ...opts }),
+    );
   }
 }

@@ -88,11 +88,33 @@ const NODE_FS = 'node:fs';
 const quote = (s: string) => s.replace(/["\r\n\\]/g, (c) => encodeURIComponent(c));
 
 /** A streamed multipart/form-data body: text fields first (the server needs them before files). */
-function multipart(
+export function multipart(
   fields: [string, string][],
   files: { field: string; filename: string; type?: string; content: Uploadable }[],
-): { body: ReadableStream<Uint8Array>; contentType: string } {
+): { body: ReadableStream<Uint8Array> | Blob; contentType: string } {
   const boundary = `----aisuite${Math.random().toString(36).slice(2)}${Date.now().toString(36)}`;
+  const contentType = `multipart/form-data; boundary=${boundary}`;
+  // Contents already in memory (a browser's File, bytes) make a Blob body: browsers send a
+  // streamed request body only over HTTP/2, and a Blob has a length and can be retried.
+  if (
+    typeof Blob !== 'undefined' &&
+    files.every((f) => f.content instanceof Uint8Array || f.content instanceof Blob)
+  ) {
+    const chunks: BlobPart[] = fields.map(
+      ([name, value]) =>
+        `--${boundary}\r\nContent-Disposition: form-data; name="${quote(name)}"\r\n\r\n${value}\r\n`,
+    );
+    for (const f of files) {
+      chunks.push(
+        `--${boundary}\r\nContent-Disposition: form-data; name="${quote(f.field)}"; filename="${quote(f.filename)}"\r\n` +
+          `Content-Type: ${f.type ?? 'application/octet-stream'}\r\n\r\n`,
+        f.content as Uint8Array<ArrayBuffer> | Blob,
+        '\r\n',
+      );
+    }
+    chunks.push(`--${boundary}--\r\n`);
+    return { body: new Blob(chunks), contentType };
+  }
   async function* parts(): AsyncGenerator<Uint8Array> {
     for (const [name, value] of fields) {
       yield enc.encode(
@@ -124,7 +146,7 @@ function multipart(
       await it.return(undefined);
     },
   });
-  return { body, contentType: `multipart/form-data; boundary=${boundary}` };
+  return { body, contentType };
 }
 
 /**
@@ -140,6 +162,16 @@ export class Storage {
 
   private call<T>(fn: (base: string) => APIPromise<T>): APIPromise<T> {
     return this.client.inWorkspace('/storage', fn);
+  }
+
+  /** A file's bytes as a `Response` (the stored MIME type; `blob()`, `text()`, `arrayBuffer()`). */
+  async content(file: Pick<StorageFile, 'id' | 'type'>, opts: Opts = {}): Promise<Response> {
+    return this.client.requestRaw({
+      method: 'GET',
+      path: `${await this.base()}/content`,
+      query: { fileId: file.id, fileType: file.type },
+      ...opts,
+    });
   }
 
   /**

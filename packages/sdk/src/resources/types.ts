@@ -3,6 +3,22 @@ import type { components } from '../generated/openapi.js';
 type Schemas = components['schemas'];
 
 export type Me = Schemas['Me'];
+export type WorkspaceUsage = Schemas['WorkspaceUsage'];
+export type RequestUsage = Schemas['RequestUsage'];
+export type Role = Schemas['Role'];
+export type AuthUser = Schemas['AuthUser'];
+export type AuthSession = Schemas['AuthSession'];
+export type SignedIn = Schemas['SignedIn'];
+export type SessionListItem = Schemas['SessionListItem'];
+export type WorkspaceMembership = Schemas['WorkspaceMembership'];
+export type ApiKey = Schemas['ApiKey'];
+export type CreatedApiKey = Schemas['CreatedApiKey'];
+export type Member = Schemas['Member'];
+export type Invitation = Schemas['Invitation'];
+export type CreatedInvitation = Schemas['CreatedInvitation'];
+export type InvitationPreview = Schemas['InvitationPreview'];
+export type ToolServer = Schemas['ToolServer'];
+export type McpServerRef = Schemas['McpServerRef'];
 export type Model = Schemas['Model'];
 export type ModelList = Schemas['ModelList'];
 export type IntegrationPack = Schemas['IntegrationPack'];
@@ -22,6 +38,11 @@ export type PathListing = Schemas['PathListing'];
 export type PathTree = Schemas['PathTree'];
 export type PathTreeFull = Schemas['PathTreeFull'];
 export type ImportResult = Schemas['ImportResult'];
+export type RagUploadResult = Schemas['RagUploadResult'];
+export type RagUploadDetail = Schemas['RagUploadDetail'];
+export type RagQueryResult = Schemas['RagQueryResult'];
+export type RagSource = Schemas['RagSource'];
+export type RagDocument = Schemas['RagDocument'];
 export type GitHostImportResult = Schemas['GitHostImportResult'];
 
 type Operations = import('../generated/openapi.js').operations;
@@ -89,4 +110,6 @@ export interface ConversationList {
 }
 export type ArtifactGenerateParams = Schemas['ArtifactGenerateRequest'];
 export type ArtifactGenerateResponse = Schemas['ArtifactGenerateResponse'];
+export type ImageRequest = Schemas['ImageRequest'];
+export type ImageResponse = Schemas['ImageResponse'];
 export type InsightReport = Schemas['InsightReport'];

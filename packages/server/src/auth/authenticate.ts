@@ -30,6 +30,13 @@ export const API_KEY_OR_SESSION: AuthPolicy = { kinds: ['apiKey', 'session'], re
 /** RAG, key management, tool-server connections, members: a person signed in. */
 export const SESSION: AuthPolicy = { kinds: ['session'], refusal: 'Authentication required' };
 
+/**
+ * Every authenticated route on the web console's mount of the API (`/console-api/v1`,
+ * decision 0025): the signed-in person's session acting in its workspace, whatever the route
+ * accepts on `/api/v1`. Keys and widget tokens are refused there.
+ */
+export const CONSOLE: AuthPolicy = SESSION;
+
 const UNSAFE_METHODS = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
 
 type SessionCredential = { token: string; via: 'bearer' | 'cookie' };
@@ -136,8 +143,9 @@ export async function authenticate(
   req: Request,
   deps: ServerDeps,
   em: EntityManager,
-  policy: AuthPolicy,
+  routePolicy: AuthPolicy,
 ): Promise<Principal> {
+  const policy = req.consoleApi ? CONSOLE : routePolicy;
   const cached = req.principal;
   if (cached) {
     if (policy.kinds.includes(cached.via)) return cached;

@@ -19,6 +19,10 @@ export interface IdentitySettings {
     windowSeconds: number;
   };
   invitationTtlSeconds: number;
+  /** Page of the web console that accepts an invitation; the token goes in its fragment. */
+  invitationUrl: string | undefined;
+  /** Invitation mail (optional): an SMTP URL for nodemailer and the From address. */
+  mail: { smtpUrl: string; from: string } | undefined;
   oidc: OidcSettings | undefined;
 }
 
@@ -55,6 +59,32 @@ const list = (v: string | undefined) =>
     .split(',')
     .map((s) => s.trim())
     .filter(Boolean);
+
+function url(env: Record<string, string | undefined>, name: string): string | undefined {
+  const v = env[name]?.trim();
+  if (!v) return undefined;
+  try {
+    const u = new URL(v);
+    if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new Error('scheme');
+  } catch {
+    throw new ConfigError(`${name} must be an http(s) URL`);
+  }
+  return v;
+}
+
+function mailSettings(env: Record<string, string | undefined>): IdentitySettings['mail'] {
+  const smtpUrl = env.SMTP_URL?.trim();
+  if (!smtpUrl) return undefined;
+  try {
+    const u = new URL(smtpUrl);
+    if (u.protocol !== 'smtp:' && u.protocol !== 'smtps:') throw new Error('scheme');
+  } catch {
+    throw new ConfigError('SMTP_URL must be smtp://[user:pass@]host[:port] or smtps://…');
+  }
+  const from = env.MAIL_FROM?.trim();
+  if (!from) throw new ConfigError('MAIL_FROM is required when SMTP_URL is set');
+  return { smtpUrl, from };
+}
 
 function oidcSettings(env: Record<string, string | undefined>): OidcSettings | undefined {
   const issuer = env.OIDC_ISSUER?.trim();
@@ -106,6 +136,8 @@ export function identitySettingsFromEnv(env: Record<string, string | undefined>)
       windowSeconds: int(env, 'AUTH_SIGNIN_WINDOW_SECONDS', 900),
     },
     invitationTtlSeconds: int(env, 'AUTH_INVITATION_TTL_SECONDS', 7 * DAY, 60),
+    invitationUrl: url(env, 'AUTH_INVITATION_URL'),
+    mail: mailSettings(env),
     oidc: oidcSettings(env),
   };
 }

@@ -163,6 +163,17 @@ describe(`operator CLI round trips (${onServer ? 'PostgreSQL server' : 'embedded
       );
       expect(quota.workspace.monthlyTokenQuota).toBeNull();
 
+      const ragQuota = json<{ ragMonthlyQueryQuota: number }>(
+        await cli('rag-quota', 'set', ws.id, '3', '--json'),
+      );
+      expect(ragQuota.ragMonthlyQueryQuota).toBe(3);
+      const ragRows = await target
+        .em()
+        .execute<{ q: number }[]>('select rag_monthly_query_quota as q from workspaces where id = ?', [
+          ws.id,
+        ]);
+      expect(ragRows[0]?.q).toBe(3);
+
       const app = json<{
         app: { id: string; name: string; model: string | null; systemPrompt: string | null };
       }>(

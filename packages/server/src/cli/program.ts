@@ -76,6 +76,35 @@ const parseName = (what: string) => (v: string) => {
   return s;
 };
 
+/** The people commands' modules, loaded with the database layer. */
+const loadPeople = async (env: Record<string, string | undefined> = {}) => {
+  const [people, members, settings, secret, config] = await Promise.all([
+    import('./people.js'),
+    import('../domains/members/service.js'),
+    import('../auth/settings.js'),
+    import('../auth/signing-secret.js'),
+    import('../config.js'),
+  ]);
+  const cfg = config.loadConfig(env);
+  return {
+    ...people,
+    publicOrigin: cfg.publicBaseUrl ? new URL(cfg.publicBaseUrl).origin : `http://localhost:${cfg.port}`,
+    membersService: async (em: EntityManager) =>
+      new members.MembersService(
+        em,
+        settings.identitySettingsFromEnv(env),
+        await secret.ensureSigningSecret(em, cfg.signingSecret),
+      ),
+  };
+};
+
+const readStdin = async (): Promise<string> => {
+  if (process.stdin.isTTY) throw new InvalidArgumentError('give --password, or pipe the password on stdin');
+  const chunks: Buffer[] = [];
+  for await (const c of process.stdin) chunks.push(c as Buffer);
+  return Buffer.concat(chunks).toString('utf8');
+};
+
 // ---------- output ----------
 
 const usd = (micros: number) => `$${(micros / MICROS_PER_USD).toFixed(2)}`;
@@ -341,6 +370,45 @@ export function buildProgram(io: CliIo, json: boolean): Command {
       }),
     );
 
+  program
+    .command('rag-quota')
+    .description('manage the monthly document-question (RAG) query quota')
+    .command('set')
+    .description('set the monthly RAG query quota of a workspace ("default" = RAG_MONTHLY_QUERY_QUOTA)')
+    .argument('<workspace>', 'workspace id or name')
+    .argument('<queries>', 'a non-negative integer, "unlimited" or "default"', (v: string) => {
+      const s = v.trim().toLowerCase();
+      if (s === 'default') return undefined;
+      if (s === 'unlimited') return null;
+      if (!/^\d+$/.test(s) || Number(s) > 2_147_483_647) {
+        throw new InvalidArgumentError('Quota must be a non-negative integer, "unlimited" or "default"');
+      }
+      return Number(s);
+    })
+    .addOption(jsonOption())
+    .action(
+      run(async ({ svc, em }, wsRef: string, quota: number | null | undefined) => {
+        const ws = await svc.requireWorkspace(wsRef);
+        // Null in the column follows RAG_MONTHLY_QUERY_QUOTA; an explicit "unlimited" is stored as
+        // the largest integer, so the default cannot override it.
+        const value = quota === undefined ? null : quota === null ? 2_147_483_647 : quota;
+        await em.execute('update workspaces set rag_monthly_query_quota = ? where id = ?', [value, ws.id]);
+        const text =
+          quota === undefined
+            ? 'the RAG_MONTHLY_QUERY_QUOTA default'
+            : quota === null
+              ? 'unlimited'
+              : String(quota);
+        return {
+          json: {
+            workspace: { id: ws.id, name: ws.name },
+            ragMonthlyQueryQuota: quota === undefined ? 'default' : quota,
+          },
+          human: `Monthly RAG query quota of "${ws.name}": ${text}.`,
+        };
+      }),
+    );
+
   // ---------- app ----------
   program
     .command('app')
@@ -378,9 +446,8 @@ export function buildProgram(io: CliIo, json: boolean): Command {
     );
 
   // ---------- user ----------
-  program
-    .command('user')
-    .description('manage workspace members')
+  const user = program.command('user').description('manage people: accounts, memberships, invitations');
+  user
     .command('add')
     .description('add a user to a workspace (creating the user when new)')
     .argument('<workspace>', 'workspace id or name')
@@ -408,6 +475,134 @@ export function buildProgram(io: CliIo, json: boolean): Command {
             membership: { workspaceId: ws.id, role },
           },
           human: `${user.created ? 'Created' : 'Found'} user ${email} (${user.id}); member of "${ws.name}" as ${role}${already}.`,
+        };
+      }),
+    );
+
+  user
+    .command('create')
+    .description('create a person’s account (no workspace; add or invite them to one)')
+    .argument('<email>', 'the user email', parseEmail)
+    .option('--password <password>', 'initial password (at least 8 characters; omit for OIDC-only accounts)')
+    .option('--name <name>', 'display name', parseName('name'))
+    .addOption(jsonOption())
+    .action(
+      run(async ({ em }, email: string, opts: { password?: string; name?: string }) => {
+        const { createUser } = await loadPeople(io.env);
+        const created = await createUser(em, { email, password: opts.password, name: opts.name });
+        return {
+          json: { user: created },
+          human: `Created user ${created.email} (${created.id}).`,
+        };
+      }),
+    );
+
+  user
+    .command('list')
+    .description('list accounts with their workspaces and roles')
+    .option('--workspace <workspace>', 'only members of this workspace (id or name)')
+    .addOption(jsonOption())
+    .action(
+      run(async ({ em, svc }, opts: { workspace?: string }) => {
+        const { listUsers } = await loadPeople(io.env);
+        const ws = opts.workspace ? await svc.requireWorkspace(opts.workspace) : undefined;
+        const users = await listUsers(em, ws?.id);
+        const rows = [
+          ['EMAIL', 'ID', 'PASSWORD', 'WORKSPACES'],
+          ...users.map((u) => [
+            u.email,
+            u.id,
+            u.hasPassword ? 'yes' : 'no',
+            u.workspaces.map((w) => `${w.name} (${w.role})`).join(', ') || '-',
+          ]),
+        ];
+        return { json: { users }, human: users.length ? table(rows) : 'No users.' };
+      }),
+    );
+
+  user
+    .command('invite')
+    .description(
+      'invite someone to a workspace: prints the signed, single-use link (and mails it with SMTP_URL)',
+    )
+    .argument('<workspace>', 'workspace id or name')
+    .argument('<email>', 'the invited email', parseEmail)
+    .addOption(
+      new Option('--role <role>', 'role in the workspace')
+        .choices(['owner', 'admin', 'member'])
+        .default('member'),
+    )
+    .addOption(jsonOption())
+    .action(
+      run(async ({ em, svc }, wsRef: string, email: string, opts: { role: Role }) => {
+        const { membersService, publicOrigin } = await loadPeople(io.env);
+        const ws = await svc.requireWorkspace(wsRef);
+        const members = await membersService(em);
+        const r = await members.invite({ kind: 'operator' }, ws.id, { email, role: opts.role }, publicOrigin);
+        return {
+          json: r,
+          human:
+            `Invited ${email} to "${ws.name}" as ${opts.role} (expires ${r.invitation.expiresAt}; works once).` +
+            `${r.mailed ? ' Mailed.' : ''}\n${r.url}`,
+        };
+      }),
+    );
+
+  user
+    .command('set-role')
+    .description('change a member’s role (a workspace always keeps one owner)')
+    .argument('<workspace>', 'workspace id or name')
+    .argument('<email>', 'the member’s email', parseEmail)
+    .argument('<role>', 'owner, admin or member', (v: string) => {
+      if (v !== 'owner' && v !== 'admin' && v !== 'member') {
+        throw new InvalidArgumentError('role must be owner, admin or member');
+      }
+      return v as Role;
+    })
+    .addOption(jsonOption())
+    .action(
+      run(async ({ em, svc }, wsRef: string, email: string, role: Role) => {
+        const { membersService, requireUserId } = await loadPeople(io.env);
+        const ws = await svc.requireWorkspace(wsRef);
+        const userId = await requireUserId(em, email);
+        const member = await (await membersService(em)).changeRole({ kind: 'operator' }, ws.id, userId, role);
+        return { json: { member }, human: `${email} is now ${member.role} of "${ws.name}".` };
+      }),
+    );
+
+  user
+    .command('remove')
+    .description('remove a member from a workspace (not the last owner)')
+    .argument('<workspace>', 'workspace id or name')
+    .argument('<email>', 'the member’s email', parseEmail)
+    .addOption(jsonOption())
+    .action(
+      run(async ({ em, svc }, wsRef: string, email: string) => {
+        const { membersService, requireUserId } = await loadPeople(io.env);
+        const ws = await svc.requireWorkspace(wsRef);
+        const userId = await requireUserId(em, email);
+        await (await membersService(em)).removeMember({ kind: 'operator' }, ws.id, userId);
+        return {
+          json: { removed: true, userId, workspaceId: ws.id },
+          human: `Removed ${email} from "${ws.name}".`,
+        };
+      }),
+    );
+
+  user
+    .command('set-password')
+    .description('set a person’s password (their sessions are signed out)')
+    .argument('<email>', 'the user email', parseEmail)
+    .option('--password <password>', 'the new password (at least 8 characters); else read from stdin')
+    .addOption(jsonOption())
+    .action(
+      run(async ({ em }, email: string, opts: { password?: string }) => {
+        const { setPassword } = await loadPeople(io.env);
+        const password = opts.password ?? (await readStdin()).replace(/\r?\n$/, '');
+        const r = await setPassword(em, email, password);
+        return {
+          json: { userId: r.userId, sessionsRevoked: r.sessionsRevoked },
+          human: `Password of ${email} set; ${r.sessionsRevoked} session(s) signed out.`,
         };
       }),
     );

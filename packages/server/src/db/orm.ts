@@ -7,6 +7,7 @@ import { widgetTokenEntities } from '../domains/widget-tokens/entities.js';
 import { foundationEntities } from '../domains/workspaces/entities.js';
 import { meteringEntities } from '../metering/entities.js';
 import { type EmbeddedPostgres, findEmbeddedOwner, lockHolder, startEmbeddedPostgres } from './embedded.js';
+import { EMBEDDED_EXTENSIONS } from './extensions.js';
 import { migrationsList } from './migrations/index.js';
 import { SqlPool } from './sql.js';
 
@@ -129,7 +130,11 @@ export async function openDatabase(opts: OpenDatabaseOptions): Promise<Database>
       connection = { host: owner.socketDir, port: owner.port };
       orm = await initOrm(connection, poolMax, debug);
     } else {
-      owned = await startEmbeddedPostgres({ dataDir: opts.dataDir, ownerKind: opts.as ?? 'server' });
+      owned = await startEmbeddedPostgres({
+        dataDir: opts.dataDir,
+        ownerKind: opts.as ?? 'server',
+        extensions: EMBEDDED_EXTENSIONS,
+      });
       connection = { host: owned.socketDir, port: owned.port };
       try {
         orm = await initOrm(connection, poolMax, debug);

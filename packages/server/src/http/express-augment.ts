@@ -8,6 +8,8 @@ declare global {
       /** The resolved session, when the request carries one (resolved at most once). */
       session?: SessionRecord;
       requestId?: string;
+      /** Set on the web console's mount of the API (`/console-api/v1`): sessions only. */
+      consoleApi?: boolean;
     }
   }
 }

@@ -39,7 +39,12 @@ describe('unknown paths', () => {
       ['POST', '/api/v1/me'],
       ['DELETE', '/api/v1/integration-packs'],
       ['PUT', '/api/v1/platform-tools'],
-      ['GET', '/nope'],
+      // Other GETs are the web console's pages (SPA fallback, packages/console tests);
+      // a missing file or another method is still a 404.
+      ['GET', '/nope.txt'],
+      ['POST', '/nope'],
+      ['GET', '/console-api/v1/nope'],
+      ['GET', '/console-api/v2/me'],
     ];
     for (const [method, path] of probes) {
       const res = await fetch(`${ts.url}${path}`, { method });

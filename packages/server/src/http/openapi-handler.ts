@@ -41,6 +41,24 @@ function collectStatuses(router: OpenApiRouter): Map<string, number> {
   return out;
 }
 
+/**
+ * trpc-to-openapi's middleware validates the router, whenever `NODE_ENV` is not `production`,
+ * by generating the whole OpenAPI document and throwing it away: ~0.1–0.5 s of every start
+ * (and of every test server). The same document is generated, and so validated, by
+ * `pnpm openapi` (checked for drift in CI), by `GET /api/v1/openapi.json` and by the tests
+ * that walk it, so that redundant pass is skipped (docs/decisions/0019-lean-embedded-database.md).
+ */
+function withoutRouterValidation<T>(create: () => T): T {
+  const nodeEnv = process.env.NODE_ENV;
+  process.env.NODE_ENV = 'production';
+  try {
+    return create();
+  } finally {
+    if (nodeEnv === undefined) delete process.env.NODE_ENV;
+    else process.env.NODE_ENV = nodeEnv;
+  }
+}
+
 /** Largest JSON body of a tRPC operation (bytes). */
 export const OPENAPI_MAX_BODY = 1024 * 1024;
 
@@ -51,26 +69,28 @@ export const OPENAPI_MAX_BODY = 1024 * 1024;
  */
 export function openApiHandler(router: OpenApiRouter, deps: ServerDeps) {
   const statuses = collectStatuses(router);
-  const handler = createOpenApiExpressMiddleware({
-    router,
-    maxBodySize: OPENAPI_MAX_BODY,
-    createContext: ({ req, res }): RequestContext => ({
-      req,
-      res,
-      deps,
-      em: deps.em(),
-      requestId: req.requestId ?? '',
-      responseHeaders: {},
+  const handler = withoutRouterValidation(() =>
+    createOpenApiExpressMiddleware({
+      router,
+      maxBodySize: OPENAPI_MAX_BODY,
+      createContext: ({ req, res }): RequestContext => ({
+        req,
+        res,
+        deps,
+        em: deps.em(),
+        requestId: req.requestId ?? '',
+        responseHeaders: {},
+      }),
+      onError: ({ error, req }) => {
+        (req as WithError)[TRPC_ERROR] = error;
+      },
+      responseMeta: ({ ctx, paths, errors }) => {
+        if (errors.length > 0) return {};
+        const status = paths?.[0] ? statuses.get(paths[0]) : undefined;
+        return { status, headers: (ctx as RequestContext | undefined)?.responseHeaders };
+      },
     }),
-    onError: ({ error, req }) => {
-      (req as WithError)[TRPC_ERROR] = error;
-    },
-    responseMeta: ({ ctx, paths, errors }) => {
-      if (errors.length > 0) return {};
-      const status = paths?.[0] ? statuses.get(paths[0]) : undefined;
-      return { status, headers: (ctx as RequestContext | undefined)?.responseHeaders };
-    },
-  });
+  );
 
   return async (req: Request, res: Response, next: NextFunction) => {
     const end = res.end.bind(res) as (...args: unknown[]) => Response;

@@ -26,7 +26,11 @@ const RULES: { name: string; match: RegExp; kinds: PrincipalKind[] }[] = [
     match: /^\/storage\/objects\//,
     kinds: PUBLIC,
   },
-  { name: 'sign-in', match: /^\/auth\/sign-in$/, kinds: PUBLIC },
+  {
+    name: 'sign-in, sign-up, invitation links (the token is the credential)',
+    match: /^\/auth\/(sign-in|sign-up|invitations\/(preview|accept))$/,
+    kinds: PUBLIC,
+  },
   {
     name: 'a signed-in person’s own session',
     match: /^\/auth\/(sign-out|session|sessions|workspace)(\/|$)/,
@@ -35,7 +39,19 @@ const RULES: { name: string; match: RegExp; kinds: PrincipalKind[] }[] = [
   { name: 'chat', match: /^\/chat$/, kinds: ['apiKey'] },
   { name: 'agents, sessions, runs', match: /^\/managed-agents\//, kinds: ['apiKey'] },
   { name: 'artifacts', match: /^\/artifacts\//, kinds: ['apiKey'] },
+  { name: 'image', match: /^\/image$/, kinds: ['apiKey'] },
   { name: 'insights', match: /^\/workspaces\/\{workspaceId\}\/insights\//, kinds: ['apiKey'] },
+  {
+    name: 'API key management (sessions of owners and admins)',
+    match: /^\/workspaces\/\{workspaceId\}\/api-keys(\/|$)/,
+    kinds: ['session'],
+  },
+  {
+    name: 'members, invitations, tool servers (sessions; roles checked per operation)',
+    match: /^\/workspaces\/\{workspaceId\}\/(members|invitations|tool-servers)(\/|$)/,
+    kinds: ['session'],
+  },
+  { name: 'document question answering (spec 5: RAG, session only)', match: /^\/rag\//, kinds: ['session'] },
   { name: 'storage', match: /^\/workspaces\/\{workspaceId\}\/storage(\/|$)/, kinds: ['apiKey', 'session'] },
   { name: 'apps chat and memory', match: /^\/apps\/\{appId\}\/(chat|memory)\//, kinds: ['apiKey', 'widget'] },
   { name: 'apps management (extension)', match: /^\/apps(\/\{appId\})?$/, kinds: ['apiKey'] },
@@ -99,7 +115,10 @@ function concretePath(template: string): string {
   });
 }
 
-async function call(method: string, template: string, credential: Credential) {
+/** `/api/v1` keeps spec 5's table; the console's mount takes the session only (decision 0025). */
+type Mount = '/api/v1' | '/console-api/v1';
+
+async function call(method: string, template: string, credential: Credential, mount: Mount = '/api/v1') {
   const headers: Record<string, string> = {};
   if (credential === 'apiKey') headers.authorization = `Bearer ${ws.apiKey}`;
   if (credential === 'widget') headers.authorization = `Bearer ${widgetToken}`;
@@ -108,10 +127,11 @@ async function call(method: string, template: string, credential: Credential) {
     headers.cookie = `${SESSION_COOKIE}=${await freshSessionToken()}`;
     headers.origin = ts.url;
   }
-  const res = await ts.api(concretePath(template), {
+  if (method !== 'get') headers['content-type'] = 'application/json';
+  const res = await fetch(`${ts.url}${mount}${concretePath(template)}`, {
     method: method.toUpperCase(),
     headers,
-    ...(method === 'get' ? {} : { json: {} }),
+    ...(method === 'get' ? {} : { body: '{}' }),
   });
   const text = await res.text();
   let error: string | undefined;
@@ -162,6 +182,25 @@ describe('principal kinds of every operation', () => {
     }
     expect(mismatches).toEqual([]);
   }, 180_000); // five credentials for each of ~80 operations, one request at a time on a loaded machine
+
+  it('on the console mount, every operation that is not public accepts a session and nothing else', async () => {
+    const mismatches: string[] = [];
+    for (const [path, item] of Object.entries(doc.paths)) {
+      for (const method of Object.keys(item)) {
+        const isPublic = (RULES.find((r) => r.match.test(path))?.kinds ?? []).length === 0;
+        for (const credential of Object.keys(KIND_OF) as Credential[]) {
+          const shouldAccept = isPublic || KIND_OF[credential] === 'session';
+          const { status, refused } = await call(method, path, credential, '/console-api/v1');
+          if (refused === shouldAccept) {
+            mismatches.push(
+              `${method.toUpperCase()} /console-api/v1${path} with ${credential}: ${status} (${shouldAccept ? 'should accept' : 'should refuse'})`,
+            );
+          }
+        }
+      }
+    }
+    expect(mismatches).toEqual([]);
+  }, 180_000);
 
   it('covers every kind somewhere', () => {
     const seen = new Set(RULES.flatMap((r) => r.kinds));

@@ -6,6 +6,8 @@ import { agentRoutes } from '../domains/agents/routes.js';
 import { appsRawRoutes } from '../domains/apps/routes.js';
 import { artifactRoutes } from '../domains/artifacts/routes.js';
 import { chatRoutes } from '../domains/chat/routes.js';
+import { imageRoutes } from '../domains/image/routes.js';
+import { ragRoutes } from '../domains/rag/routes.js';
 import { storageRoutes } from '../domains/storage/routes.js';
 
 /**
@@ -39,4 +41,6 @@ export const rawRouteModules: RawRouteModule[] = [
   appsRawRoutes,
   agentRoutes,
   artifactRoutes,
+  imageRoutes,
+  ragRoutes,
 ];

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { ACTIVE_API_KEY_WHERE, API_KEY_FROM, LAST_USED_RESOLUTION_SECONDS } from '../auth/api-keys.js';
 import { apiKeyPrincipal } from '../auth/principal.js';
 import type { SqlExecutor } from '../db/sql.js';
@@ -32,6 +33,12 @@ export interface MeteringSettings {
   rateLimits: Record<RateLimitBucket, RateLimitRule>;
   /** Output tokens between two mid-generation credit checks. */
   creditCheckEveryTokens: number;
+  /** Expected reply length (output tokens) of a model before any reply of it was seen. */
+  defaultOutputTokens: number;
+  /** Cap on the expected reply length a hold or a quota reservation is sized for. */
+  maxHoldOutputTokens: number;
+  /** How long a hold outlives its process without a heartbeat (the run engine's lease). */
+  holdLeaseMs: number;
 }
 
 const int = (v: string | undefined, name: string, fallback: number): number => {
@@ -39,6 +46,12 @@ const int = (v: string | undefined, name: string, fallback: number): number => {
   const n = Number(v);
   if (!Number.isSafeInteger(n) || n < 0) throw new Error(`${name} must be a non-negative integer`);
   return n;
+};
+
+/** The run engine's lease (`RUN_LEASE_MS`, read as leniently as the engine does), at least 1 s. */
+const leaseMs = (v: string | undefined) => {
+  const n = v === undefined || v.trim() === '' ? Number.NaN : Number(v);
+  return Number.isFinite(n) && n > 0 ? Math.max(1000, n) : 30_000;
 };
 
 /** Metering settings from the environment (documented in docs/models-and-metering.md). */
@@ -59,6 +72,15 @@ export function meteringSettingsFromEnv(env: Record<string, string | undefined>)
       1,
       int(env.METERING_CREDIT_CHECK_TOKENS, 'METERING_CREDIT_CHECK_TOKENS', 256),
     ),
+    defaultOutputTokens: Math.max(
+      1,
+      int(env.METERING_DEFAULT_OUTPUT_TOKENS, 'METERING_DEFAULT_OUTPUT_TOKENS', 512),
+    ),
+    maxHoldOutputTokens: Math.max(
+      1,
+      int(env.METERING_MAX_HOLD_OUTPUT_TOKENS, 'METERING_MAX_HOLD_OUTPUT_TOKENS', 4096),
+    ),
+    holdLeaseMs: leaseMs(env.RUN_LEASE_MS),
   };
 }
 
@@ -107,6 +129,25 @@ export function rateLimitHeaders(rule: RateLimitRule, hits: number, resetIn: num
   return headers;
 }
 
+/**
+ * The start of the billing cycle containing now() as SQL, the same as `cycleStart` computes
+ * (UTC, month-end clamping: PostgreSQL's timestamp + months clamps the day the same way),
+ * truncated to milliseconds like a JavaScript Date.
+ */
+export const CYCLE_START_SQL = (anchor: string) => `(with a as (
+    select date_trunc('milliseconds', ${anchor} at time zone 'UTC') as a, now() at time zone 'UTC' as n
+  ), m as (
+    select a, n, ((extract(year from n) - extract(year from a)) * 12
+                  + extract(month from n) - extract(month from a))::int as m from a
+  )
+  select (case when n <= a then a
+               when a + make_interval(months => m) > n then a + make_interval(months => m - 1)
+               else a + make_interval(months => m) end) at time zone 'UTC'
+    from m)`;
+
+/** How long a `/chat` quota reservation counts if its process dies before releasing it. */
+export const RESERVATION_TTL_SECONDS = 900;
+
 /** Joins `u.tokens, u.cycle_start`: the workspace's latest billing-cycle usage row, if any. */
 const LATEST_CYCLE_USAGE = (workspaceId: string) => `left join lateral (
            select tokens, cycle_start from workspace_token_usage
@@ -146,6 +187,8 @@ export interface UsageRow {
   component_lines: UsageComponentLine[];
   /** Set when the tokens count against the workspace's quota of that billing cycle. */
   cycle_start: string | null;
+  /** The `/chat` quota reservation this record releases. */
+  reservation_id: string | null;
 }
 
 function usageRow(rec: UsageRecordInput, cycle: Date | null): UsageRow {
@@ -167,6 +210,7 @@ function usageRow(rec: UsageRecordInput, cycle: Date | null): UsageRow {
     latency_ms: Math.max(0, Math.round(rec.latencyMs)),
     component_lines: rec.componentLines ?? [],
     cycle_start: cycle ? cycle.toISOString() : null,
+    reservation_id: rec.reservationId ?? null,
   };
 }
 
@@ -221,20 +265,146 @@ export class UsageBatcher {
   }
 }
 
+/** The estimator's key: replies are learned per model and capability (endpoint). */
+export const estimatorKey = (modelId: string, endpoint: string) => `${modelId} ${endpoint}`;
+
 /**
- * One metered generation. For the `credits` meter it works on a prepaid hold: `startGeneration`
- * takes the known input cost plus one chunk of output (`creditCheckEveryTokens` tokens) off the
- * balance in one conditional statement, `check()` tops the hold up by the next chunk the same
- * way while a long generation streams (402 when the balance cannot cover it), and `finish()`
- * settles: refunds what was held and not used, or debits the rest (clamped, reported `short`),
- * then writes one usage record. A generation that is never finished (process crash) keeps its
- * hold: the money stays taken, and the ledger shows the hold lines without a settlement.
+ * Expected reply lengths per model and capability, learned from recent complete replies: the 90th percentile
+ * of the last 50 (the configured default until 3 were seen), capped. It sizes credit holds and
+ * `/chat` quota reservations, so a burst admits about as many requests as the money or the
+ * quota pays for (too small: admitted replies starve at their top-ups; too large: fewer
+ * admitted than could be paid). In memory, per process: a restart relearns from the default.
+ */
+export class OutputEstimator {
+  private readonly recent = new Map<string, number[]>();
+
+  constructor(
+    private readonly settings: Pick<MeteringSettings, 'defaultOutputTokens' | 'maxHoldOutputTokens'>,
+  ) {}
+
+  /** Notes the output tokens of a complete reply (`key`: `estimatorKey(model, endpoint)`). */
+  observe(key: string, outputTokens: number): void {
+    if (!Number.isFinite(outputTokens) || outputTokens < 0) return;
+    const list = this.recent.get(key) ?? [];
+    this.recent.set(key, list);
+    list.push(Math.ceil(outputTokens));
+    if (list.length > 50) list.shift();
+  }
+
+  private readonly inputRatios = new Map<string, number[]>();
+
+  /**
+   * Notes how the upstream counted a prompt the service estimated at `estimated` tokens
+   * (~4 characters per token): tokenisers differ by language and by what the upstream
+   * counts (tool definitions, templates), so the hold's input part is corrected by it.
+   */
+  observeInput(key: string, estimated: number, reported: number): void {
+    if (!(estimated > 0) || !(reported > 0)) return;
+    const list = this.inputRatios.get(key) ?? [];
+    this.inputRatios.set(key, list);
+    list.push(reported / estimated);
+    if (list.length > 50) list.shift();
+  }
+
+  /** Reported / estimated input tokens (90th percentile of the last 50; 1 until 3 were seen), within 0.1–10. */
+  inputFactor(key: string): number {
+    const list = this.inputRatios.get(key);
+    if (!list || list.length < 3) return 1;
+    const sorted = [...list].sort((a, b) => a - b);
+    const f = sorted[Math.max(0, Math.ceil(sorted.length * 0.9) - 1)] as number;
+    return Math.min(10, Math.max(0.1, f));
+  }
+
+  /** Output tokens to hold for one reply: the estimate, at most `maxTokens` and the cap. */
+  expect(key: string, maxTokens?: number): number {
+    const list = this.recent.get(key);
+    let n = this.settings.defaultOutputTokens;
+    if (list && list.length >= 3) {
+      const sorted = [...list].sort((a, b) => a - b);
+      n = sorted[Math.max(0, Math.ceil(sorted.length * 0.9) - 1)] as number;
+    }
+    n = Math.min(n, this.settings.maxHoldOutputTokens);
+    if (maxTokens !== undefined && Number.isFinite(maxTokens) && maxTokens > 0) n = Math.min(n, maxTokens);
+    return Math.max(1, Math.ceil(n));
+  }
+}
+
+/**
+ * The holds this process has in flight, kept alive: every third of the lease their
+ * `expires_at` moves on by one lease (one statement for all). A process that dies stops
+ * doing so, and the run engine's sweep settles its holds once they expire.
+ */
+export class HoldLeases {
+  private readonly live = new Set<string>();
+  private timer: NodeJS.Timeout | undefined;
+
+  constructor(
+    private readonly db: () => SqlExecutor,
+    private readonly leaseMs: number,
+  ) {}
+
+  add(id: string): void {
+    this.live.add(id);
+    if (!this.timer) {
+      this.timer = setInterval(() => void this.beat(), Math.max(200, Math.floor(this.leaseMs / 3)));
+      this.timer.unref();
+    }
+  }
+
+  delete(id: string): void {
+    this.live.delete(id);
+    if (this.live.size === 0 && this.timer) {
+      clearInterval(this.timer);
+      this.timer = undefined;
+    }
+  }
+
+  private async beat(): Promise<void> {
+    if (this.live.size === 0) return;
+    await this.db()
+      .execute(
+        `update credit_holds set expires_at = now() + (?::text || ' milliseconds')::interval
+          where id = any(?::uuid[])`,
+        [this.leaseMs, `{${[...this.live].join(',')}}`],
+      )
+      .catch(() => {});
+  }
+
+  stop(): void {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = undefined;
+  }
+}
+
+/** Start options of a generation: what sizes its hold. */
+export interface GenerationOptions {
+  /** Lower bound of the hold (e.g. an image's price). */
+  minimumMicros?: number;
+  /** Input tokens about to be sent (estimated): held up front, recorded if no usage comes back. */
+  inputTokens?: number;
+  /** The request's output limit: caps the expected reply the hold is sized for. */
+  maxTokens?: number;
+}
+
+/**
+ * One metered generation. For the `credits` meter it works on a prepaid hold (a
+ * `credit_holds` row): `startGeneration` takes the known input cost plus the expected reply
+ * (learned per model, capped by `maxTokens`) off the balance in one conditional statement,
+ * `check()` tops the hold up chunk by chunk while a reply outgrows it, drawing at most one
+ * hold's worth below zero when the balance is spent (so a started reply finishes rather than
+ * being thrown away; 402 past that), and `finish()` settles: refunds what was held and not
+ * used, or debits the rest, then writes one usage record. A hold whose process died is
+ * settled by the run engine's sweep once its lease expires (`PgMetering.settleExpired`).
  */
 export class GenerationMeter implements GenerationMeterContract {
   inputTokens = 0;
   outputTokens = 0;
   images = 0;
   estimated = false;
+  /** Input tokens sent (estimated, corrected) by a call whose usage has not been reported yet. */
+  private pendingInputTokens = 0;
+  /** The same before the correction (~4 characters per token), to learn the correction. */
+  private pendingRawInput = 0;
   /** Output characters streamed and not yet covered by a reported usage. */
   private pendingChars = 0;
   private lastCheckTokens = 0;
@@ -246,18 +416,43 @@ export class GenerationMeter implements GenerationMeterContract {
     readonly input: GenerationInput,
     /** Micro-dollars taken off the balance so far and not yet settled (credits meter). */
     private held = 0,
-  ) {}
+    /** The `credit_holds` row (credits meter). */
+    readonly holdId: string | null = null,
+    rawInputTokens = 0,
+    /** How far below zero a top-up may take the balance (one hold's worth). */
+    private readonly overdraftMicros = 0,
+    /** Reported / estimated input tokens, as learned for this model and endpoint. */
+    private readonly inputFactor = 1,
+  ) {
+    this.beginCall(rawInputTokens);
+  }
+
+  private get key(): string {
+    return estimatorKey(this.input.model.id, this.input.endpoint);
+  }
 
   /** What this generation holds (taken off the balance, not yet settled), in micro-dollars. */
   get heldMicros(): number {
     return this.held;
   }
 
+  /** Notes a further model call about to send `inputTokens` (estimated) upstream. */
+  beginCall(inputTokens: number): void {
+    if (!Number.isFinite(inputTokens) || inputTokens <= 0) return;
+    this.pendingRawInput += Math.ceil(inputTokens);
+    this.pendingInputTokens += Math.ceil(inputTokens * this.inputFactor);
+  }
+
   /** Adds the usage one model call reported (or estimated). */
   addUsage(usage: LlmUsage): void {
+    if (!usage.estimated && this.pendingRawInput > 0) {
+      this.metering.estimator.observeInput(this.key, this.pendingRawInput, usage.inputTokens);
+    }
+    this.pendingRawInput = 0;
     this.inputTokens += usage.inputTokens;
     this.outputTokens += usage.outputTokens;
     this.pendingChars = 0;
+    this.pendingInputTokens = 0;
     if (usage.estimated) this.estimated = true;
   }
 
@@ -278,64 +473,108 @@ export class GenerationMeter implements GenerationMeterContract {
     return this.outputTokens + estimateTokens(this.pendingChars);
   }
 
+  /** Input tokens so far: reported, plus the estimate of a call not reported yet. */
+  private currentInputTokens(): number {
+    return this.inputTokens + this.pendingInputTokens;
+  }
+
   /** Cost so far, in micro-dollars. */
   costMicros(): number {
-    return this.metering.price(this.input.model, this.inputTokens, this.currentOutputTokens(), this.images)
-      .costMicros;
+    return this.metering.price(
+      this.input.model,
+      this.currentInputTokens(),
+      this.currentOutputTokens(),
+      this.images,
+    ).costMicros;
   }
 
   /**
    * Mid-stream credit check (credits meter): makes sure the hold covers the cost so far plus
    * the next chunk of output, topping it up with one conditional statement when it does not
-   * (no round trip when it already does). 402 when the balance cannot cover the top-up.
+   * (no round trip when it already does). The top-up may take the balance below zero by at
+   * most one hold's worth, so a reply under way finishes when the balance runs out; 402 when
+   * even that cannot cover it.
    */
   async check(): Promise<void> {
     this.lastCheckTokens = this.currentOutputTokens();
-    if (this.input.meter !== 'credits' || this.finished) return;
-    const need = this.costMicros() + this.metering.chunkMicros(this.input.model);
+    if (this.input.meter !== 'credits' || this.finished || !this.holdId) return;
+    const cost = this.costMicros();
+    const need = cost + this.metering.chunkMicros(this.input.model);
     if (need <= this.held) return;
     const topUp = need - this.held;
-    const ok = await this.metering.hold(this.input.workspaceId, topUp, {
+    const ok = await this.metering.topUp(this.input.workspaceId, this.holdId, topUp, this.overdraftMicros, {
       reason: this.input.endpoint,
       ref: this.input.requestId,
+      usedMicros: cost,
+      inputTokens: this.currentInputTokens(),
+      outputTokens: this.currentOutputTokens(),
     });
     if (!ok) throw insufficientCredits(this.input.insufficientMessage);
     this.held += topUp;
   }
 
   /**
+   * Gives the whole hold back without a usage record: for a generation abandoned before
+   * anything was sent upstream. Idempotent, and a no-op after `finish`.
+   */
+  async release(): Promise<void> {
+    if (this.finished) return;
+    this.finished = true;
+    if (this.input.meter !== 'credits' || !this.holdId) return;
+    this.metering.leases.delete(this.holdId);
+    await this.metering.settle(this.input.workspaceId, this.holdId, 0, 0, {
+      reason: this.input.endpoint,
+      ref: this.input.requestId,
+    });
+    this.held = 0;
+  }
+
+  /**
    * Settles once (credits meter): refunds the unused part of the hold, or debits what the cost
-   * exceeds it by (clamped to the balance and reported `short`), then writes the usage record.
-   * Idempotent: a second call does nothing. Returns the cost and whether the balance fell short.
+   * exceeds it by (at most one hold's worth below zero; beyond that reported `short`), then
+   * writes the usage record, whose input tokens are the reported ones or, for a call that
+   * reported none (ended early), the estimate of what was sent. Idempotent. A hold already
+   * settled by the sweep (this process lost its lease) is neither settled nor recorded again.
    */
   async finish(
     providerStatus: UsageRecordInput['providerStatus'],
   ): Promise<{ costMicros: number; short: boolean }> {
     if (this.finished) return { costMicros: 0, short: false };
     this.finished = true;
+    if (this.pendingInputTokens > 0) this.estimated = true;
+    const inputTokens = this.currentInputTokens();
     const outputTokens = this.currentOutputTokens();
     const { costMicros, lines } = this.metering.price(
       this.input.model,
-      this.inputTokens,
+      inputTokens,
       outputTokens,
       this.images,
     );
     let short = false;
-    if (this.input.meter === 'credits') {
-      const ref = { reason: this.input.endpoint, ref: this.input.requestId };
-      if (costMicros < this.held) {
-        await this.metering.refund(this.input.workspaceId, this.held - costMicros, ref);
-      } else if (costMicros > this.held) {
-        const d = await this.metering.debit(this.input.workspaceId, costMicros - this.held, ref);
-        short = d.short;
-      }
+    if (this.input.meter === 'credits' && this.holdId) {
+      this.metering.leases.delete(this.holdId);
+      const settled = await this.metering.settle(
+        this.input.workspaceId,
+        this.holdId,
+        costMicros,
+        this.overdraftMicros,
+        {
+          reason: this.input.endpoint,
+          ref: this.input.requestId,
+        },
+      );
       this.held = 0;
+      if (!settled) return { costMicros, short: false };
+      short = settled.short;
+    }
+    if (providerStatus === 'success' && this.images === 0) {
+      this.metering.estimator.observe(this.key, outputTokens);
     }
     const { insufficientMessage: _m, model, ...rest } = this.input;
     await this.metering.record({
       ...rest,
       model: model.id,
-      inputTokens: this.inputTokens,
+      inputTokens,
       outputTokens,
       costMicros,
       providerStatus,
@@ -351,11 +590,20 @@ export class GenerationMeter implements GenerationMeterContract {
  * is one SQL statement, so any number of server processes sharing the database agree.
  */
 export class PgMetering implements Metering {
+  /** Expected reply lengths, shared by the clones `using` makes. */
+  readonly estimator: OutputEstimator;
+  /** Heartbeat of this process's holds, shared by the clones. */
+  readonly leases: HoldLeases;
+
   constructor(
     /** Where statements run: a fresh entity manager per call, or the plain pool (`using`). */
     private readonly db: () => SqlExecutor,
     readonly settings: MeteringSettings,
-  ) {}
+    shared?: { estimator: OutputEstimator; leases: HoldLeases },
+  ) {
+    this.estimator = shared?.estimator ?? new OutputEstimator(settings);
+    this.leases = shared?.leases ?? new HoldLeases(db, settings.holdLeaseMs);
+  }
 
   /**
    * The same metering running its statements on `executor` (the `/chat` hot path's pool);
@@ -363,15 +611,19 @@ export class PgMetering implements Metering {
    * (`UsageBatcher`). Call `close()` on it at shutdown to write what is pending.
    */
   using(executor: SqlExecutor, opts: { batchUsage?: boolean } = {}): PgMetering {
-    const m = new PgMetering(() => executor, this.settings);
+    const m = new PgMetering(() => executor, this.settings, {
+      estimator: this.estimator,
+      leases: this.leases,
+    });
     if (opts.batchUsage) m.batcher = new UsageBatcher((rows) => m.writeUsage(rows));
     return m;
   }
 
   private batcher: UsageBatcher | undefined;
 
-  /** Writes the pending batched usage records (no-op without batching). */
+  /** Writes the pending batched usage records (no-op without batching); stops the hold heartbeat. */
   async close(): Promise<void> {
+    this.leases.stop();
     await this.batcher?.close();
   }
 
@@ -456,13 +708,19 @@ export class PgMetering implements Metering {
   }
 
   /**
-   * Takes `micros` off the balance only if the balance covers it: ONE conditional statement
-   * (UPDATE … WHERE credit_balance_micros >= $hold, plus its ledger line `debit`). Concurrent
-   * holds serialise on the row lock and each re-reads the balance the previous one left, so
-   * the sum of granted holds never exceeds the balance. False when it does not cover it;
-   * 404 when the workspace does not exist.
+   * Takes `micros` off the balance only if the balance covers it, and records the hold as a
+   * `credit_holds` row: ONE conditional statement (UPDATE … WHERE credit_balance_micros >=
+   * $hold, its ledger line `debit`, the hold row). Concurrent holds serialise on the
+   * workspace row and each re-reads the balance the previous one left, so the holds granted
+   * never sum above the balance. False when it does not cover it; 404 when the workspace does
+   * not exist.
    */
-  async hold(workspaceId: string, micros: number, ref: { reason: string; ref?: string }): Promise<boolean> {
+  async hold(
+    workspaceId: string,
+    micros: number,
+    ref: { reason: string; ref?: string },
+    row?: { id: string; usedMicros: number; inputTokens: number; record: Record<string, unknown> },
+  ): Promise<boolean> {
     if (!Number.isSafeInteger(micros) || micros <= 0) throw new Error(`Invalid hold amount ${micros}`);
     const rows = await this.db().execute<{ after: string }[]>(
       `with upd as (
@@ -472,36 +730,216 @@ export class PgMetering implements Metering {
        ), led as (
          insert into credit_ledger (id, workspace_id, amount_micros, balance_after_micros, kind, reason, ref)
          select gen_random_uuid(), upd.id, -?::bigint, upd.after, 'debit', ?, ? from upd
+       ), h as (
+         insert into credit_holds (id, workspace_id, reason, ref, held_micros, used_micros, input_tokens,
+                                   record, expires_at)
+         select ?::uuid, upd.id, ?, ?, ?::bigint, ?::bigint, ?::bigint, ?::jsonb,
+                now() + (?::text || ' milliseconds')::interval
+           from upd where ?::boolean
        )
        select after from upd`,
-      [micros, workspaceId, micros, micros, ref.reason, ref.ref ?? null],
+      [
+        micros,
+        workspaceId,
+        micros,
+        micros,
+        ref.reason,
+        ref.ref ?? null,
+        row?.id ?? '00000000-0000-0000-0000-000000000000',
+        ref.reason,
+        ref.ref ?? null,
+        micros,
+        row?.usedMicros ?? 0,
+        row?.inputTokens ?? 0,
+        JSON.stringify(row?.record ?? {}),
+        this.settings.holdLeaseMs,
+        !!row,
+      ],
     );
     if (rows[0]) return true;
     await this.balanceMicros(workspaceId); // 404 when the workspace does not exist
     return false;
   }
 
-  /** Gives `micros` back (one statement, ledger line `refund`); returns the new balance. */
-  async refund(
+  /**
+   * Tops hold `holdId` up by `micros` in one statement (ledger line `debit`; the hold row
+   * notes what was used so far, for a settlement after a crash). The balance may go below
+   * zero by at most `overdraftMicros`. False when it cannot.
+   */
+  async topUp(
     workspaceId: string,
+    holdId: string,
     micros: number,
-    ref: { reason: string; ref?: string },
-  ): Promise<{ balanceMicros: number }> {
-    if (!Number.isSafeInteger(micros) || micros <= 0) throw new Error(`Invalid refund amount ${micros}`);
+    overdraftMicros: number,
+    ref: { reason: string; ref?: string; usedMicros: number; inputTokens: number; outputTokens: number },
+  ): Promise<boolean> {
     const rows = await this.db().execute<{ after: string }[]>(
       `with upd as (
-         update workspaces set credit_balance_micros = credit_balance_micros + ?::bigint, updated_at = now()
-         where id = ?
+         update workspaces set credit_balance_micros = credit_balance_micros - ?::bigint, updated_at = now()
+         where id = ? and credit_balance_micros - ?::bigint >= -?::bigint
          returning id, credit_balance_micros as after
        ), led as (
          insert into credit_ledger (id, workspace_id, amount_micros, balance_after_micros, kind, reason, ref)
-         select gen_random_uuid(), upd.id, ?::bigint, upd.after, 'refund', ?, ? from upd
+         select gen_random_uuid(), upd.id, -?::bigint, upd.after, 'debit', ?, ? from upd
+       ), h as (
+         update credit_holds set held_micros = held_micros + ?::bigint, used_micros = ?::bigint,
+                input_tokens = ?::bigint, output_tokens = ?::bigint,
+                expires_at = now() + (?::text || ' milliseconds')::interval
+          where id = ? and exists (select 1 from upd)
        )
        select after from upd`,
-      [micros, workspaceId, micros, ref.reason, ref.ref ?? null],
+      [
+        micros,
+        workspaceId,
+        micros,
+        Math.max(0, overdraftMicros),
+        micros,
+        ref.reason,
+        ref.ref ?? null,
+        micros,
+        ref.usedMicros,
+        ref.inputTokens,
+        ref.outputTokens,
+        this.settings.holdLeaseMs,
+        holdId,
+      ],
     );
-    if (!rows[0]) throw new AppError(404, 'Workspace not found');
-    return { balanceMicros: Number(rows[0].after) };
+    return rows.length > 0;
+  }
+
+  /**
+   * Settles hold `holdId` against its cost in one statement: the workspace row is locked
+   * first (the order every balance statement takes: workspace, then hold), the hold row is
+   * deleted, and the difference is refunded (`refund`) or debited (`debit`; at most
+   * `overdraftMicros` below zero, the rest reported `short`). Undefined when the hold is gone
+   * (settled already by the sweep).
+   */
+  async settle(
+    workspaceId: string,
+    holdId: string,
+    costMicros: number,
+    overdraftMicros: number,
+    ref: { reason: string; ref?: string },
+  ): Promise<{ short: boolean } | undefined> {
+    const rows = await this.db().execute<{ delta: string; change: string | null }[]>(
+      `with w as (
+         select id, credit_balance_micros as b from workspaces where id = ? for update
+       ), h as (
+         delete from credit_holds where id = ? and workspace_id in (select id from w) returning held_micros
+       ), amt as (
+         select h.held_micros - ?::bigint as delta,
+                case when h.held_micros >= ?::bigint then h.held_micros - ?::bigint
+                     else -least(?::bigint - h.held_micros, greatest(w.b + ?::bigint, 0)) end as change
+           from h, w
+       ), upd as (
+         update workspaces set credit_balance_micros = credit_balance_micros + amt.change, updated_at = now()
+           from amt where workspaces.id = ? and amt.change <> 0
+         returning workspaces.id, credit_balance_micros as after, amt.change
+       ), led as (
+         insert into credit_ledger (id, workspace_id, amount_micros, balance_after_micros, kind, reason, ref)
+         select gen_random_uuid(), upd.id, upd.change, upd.after,
+                case when upd.change > 0 then 'refund' else 'debit' end, ?, ? from upd
+       )
+       select delta, change from amt`,
+      [
+        workspaceId,
+        holdId,
+        costMicros,
+        costMicros,
+        costMicros,
+        costMicros,
+        Math.max(0, overdraftMicros),
+        workspaceId,
+        ref.reason,
+        ref.ref ?? null,
+      ],
+    );
+    const row = rows[0];
+    if (!row) return undefined;
+    const delta = Number(row.delta);
+    return { short: delta < 0 && -Number(row.change) < -delta };
+  }
+
+  /**
+   * Settles holds whose process died (their lease expired without a heartbeat): refunds what
+   * was held and not used by the last top-up (ledger `refund`, the request's `ref`), and writes
+   * its usage record (`provider_status` `aborted`) with what was used. Also drops `/chat` quota
+   * reservations past their expiry. Called by the run engine's sweep. Returns the holds settled.
+   */
+  async settleExpired(): Promise<number> {
+    const db = this.db();
+    await db.execute(
+      `with d as (
+         delete from token_reservations where expires_at < now() returning workspace_id, cycle_start, tokens
+       ), s as (
+         select workspace_id, cycle_start, sum(tokens) as t from d group by workspace_id, cycle_start
+       )
+       update workspace_token_usage u set reserved = greatest(0, u.reserved - s.t)
+         from s where u.workspace_id = s.workspace_id and u.cycle_start = s.cycle_start`,
+    );
+    const due = await db.execute<{ id: string; workspace_id: string }[]>(
+      'select id, workspace_id from credit_holds where expires_at < now() order by expires_at limit 100',
+    );
+    let n = 0;
+    for (const d of due) {
+      const rows = await db.execute<
+        {
+          held_micros: string;
+          used_micros: string;
+          input_tokens: string;
+          output_tokens: string;
+          record: ExpiredHoldRecord | string;
+          created_at: Date | string;
+        }[]
+      >(
+        `with w as (
+           select id from workspaces where id = ? for update
+         ), h as (
+           delete from credit_holds where id = ? and expires_at < now() and workspace_id in (select id from w)
+           returning *
+         ), upd as (
+           update workspaces set credit_balance_micros = credit_balance_micros + (h.held_micros - h.used_micros),
+                  updated_at = now()
+             from h where workspaces.id = h.workspace_id and h.held_micros > h.used_micros
+           returning workspaces.id, credit_balance_micros as after, h.held_micros - h.used_micros as change,
+                     h.reason, h.ref
+         ), led as (
+           insert into credit_ledger (id, workspace_id, amount_micros, balance_after_micros, kind, reason, ref)
+           select gen_random_uuid(), upd.id, upd.change, upd.after, 'refund', upd.reason, upd.ref from upd
+         )
+         select held_micros, used_micros, input_tokens, output_tokens, record, created_at from h`,
+        [d.workspace_id, d.id],
+      );
+      const h = rows[0];
+      if (!h) continue;
+      n++;
+      const rec = (typeof h.record === 'string' ? JSON.parse(h.record) : h.record) as ExpiredHoldRecord;
+      const model = {
+        id: rec.model,
+        inputPricePerMTok: rec.inputPricePerMTok,
+        outputPricePerMTok: rec.outputPricePerMTok,
+        pricePerImage: rec.pricePerImage ?? null,
+      } as ModelInfo;
+      const { lines } = this.price(model, Number(h.input_tokens), Number(h.output_tokens));
+      await this.writeUsage([
+        {
+          ...usageRow(
+            {
+              ...rec.usage,
+              model: rec.model,
+              inputTokens: Number(h.input_tokens),
+              outputTokens: Number(h.output_tokens),
+              costMicros: Number(h.used_micros),
+              providerStatus: 'aborted',
+              latencyMs: Date.now() - new Date(h.created_at).getTime(),
+              componentLines: lines,
+            },
+            null,
+          ),
+        },
+      ]);
+    }
+    return n;
   }
 
   /** Price of one chunk of output (`creditCheckEveryTokens` tokens), at least 1 µ$. */
@@ -549,7 +987,7 @@ export class PgMetering implements Metering {
    */
   async record(rec: UsageRecordInput): Promise<void> {
     let cycle: Date | null = null;
-    if (rec.meter === 'tokens' && rec.inputTokens + rec.outputTokens > 0) {
+    if (rec.meter === 'tokens' && (rec.inputTokens + rec.outputTokens > 0 || rec.reservationId)) {
       cycle = rec.cycleStart ?? (await this.tokenQuotaStatus(rec.workspaceId)).cycleStart;
     }
     const row = usageRow(rec, cycle);
@@ -568,7 +1006,7 @@ export class PgMetering implements Metering {
            workspace_id uuid, api_key_id uuid, app_id text, thread_id text, session_id text, run_id text,
            request_id text, endpoint text, model text, meter text, input_tokens bigint, output_tokens bigint,
            cost_micros bigint, provider_status text, latency_ms integer, component_lines jsonb,
-           cycle_start timestamptz)
+           cycle_start timestamptz, reservation_id uuid)
        ), rec as (
          insert into usage_records (id, workspace_id, api_key_id, app_id, thread_id, session_id, run_id,
            request_id, endpoint, model, meter, input_tokens, output_tokens, cost_micros, provider_status,
@@ -584,12 +1022,28 @@ export class PgMetering implements Metering {
                         sum(output_tokens) as o, sum(cost_micros) as c
                    from input where api_key_id is not null group by api_key_id, workspace_id) a
           where k.id = a.api_key_id and k.workspace_id = a.workspace_id
+       ), rel as (
+         -- Releases the quota reservations (only those still there: an expired one was dropped).
+         delete from token_reservations
+          where id in (select reservation_id from input where reservation_id is not null)
+         returning workspace_id, cycle_start, tokens
+       ), agg as (
+         select workspace_id, cycle_start, sum(t) as t, sum(r) as r from (
+           select workspace_id, cycle_start, input_tokens + output_tokens as t, 0::bigint as r
+             from input where cycle_start is not null
+           union all
+           select workspace_id, cycle_start, 0::bigint, tokens from rel
+         ) x group by workspace_id, cycle_start
        )
-       insert into workspace_token_usage (workspace_id, cycle_start, tokens)
-       select workspace_id, cycle_start, sum(input_tokens + output_tokens)
-         from input where cycle_start is not null group by workspace_id, cycle_start
+       -- In key order, so concurrent batches lock the cycle rows in the same order.
+       insert into workspace_token_usage as u (workspace_id, cycle_start, tokens, reserved)
+       select workspace_id, cycle_start, t, 0 from agg order by workspace_id, cycle_start
        on conflict (workspace_id, cycle_start)
-       do update set tokens = workspace_token_usage.tokens + excluded.tokens, updated_at = now()`,
+       do update set tokens = u.tokens + excluded.tokens,
+         reserved = greatest(0, u.reserved - (select r from agg
+                                               where agg.workspace_id = excluded.workspace_id
+                                                 and agg.cycle_start = excluded.cycle_start)),
+         updated_at = now()`,
       [JSON.stringify(rows)],
     );
   }
@@ -616,19 +1070,24 @@ export class PgMetering implements Metering {
    * The up-front checks of a token-metered API-key request (`POST /chat`) in ONE statement:
    * resolves the key (active key of an active workspace; refreshes `last_used_at` at most once
    * a minute), takes a unit from the workspace's rate-limit bucket when `admit` is set (an
-   * invalid request spends none) and reads the token quota of the current billing cycle.
-   * Undefined when the key does not resolve (401). Otherwise the caller checks, in this order,
-   * its own 400s, then `limit()` (429) and `quota()` (403).
+   * invalid request spends none) and, when the workspace has a token quota and the request is
+   * within its rate limit, reserves `reserveTokens` of it: only while the tokens used in the
+   * cycle plus those reserved by requests in flight are below the quota (a conditional upsert
+   * on the cycle's row, so concurrent admissions serialise and each sees what the previous
+   * reserved), with a reservation row the usage record releases. Undefined when the key does
+   * not resolve (401). Otherwise the caller checks, in this order, its own 400s, then
+   * `limit()` (429) and `quota()` (403), and passes `reservationId` to `record`.
    */
   async admitKeyRequest(
     keyHash: string,
     bucket: RateLimitBucket,
     admit: boolean,
-    now = new Date(),
+    reserveTokens = 1,
   ): Promise<KeyAdmission | undefined> {
     const rule = this.settings.rateLimits[bucket];
     const limited = admit && !!rule && rule.limit > 0;
     const w = rule?.windowSeconds ?? 60;
+    const reservationId = randomUUID();
     const rows = await this.db().execute<
       {
         id: string;
@@ -636,16 +1095,15 @@ export class PgMetering implements Metering {
         workspace_id: string;
         workspace_name: string;
         quota: string | null;
-        anchor: Date | string;
+        cs: Date | string;
         hits: number | null;
         reset_in: string | number | null;
-        tokens: string | null;
-        cycle_start: Date | string | null;
+        reserved: boolean;
       }[]
     >(
       `with async_commit as (select set_config('synchronous_commit', 'off', true) as v), k as (
          select k.id, k.name, k.workspace_id, w.name as workspace_name,
-                w.monthly_token_quota as quota, w.billing_cycle_anchor as anchor
+                w.monthly_token_quota as quota, ${CYCLE_START_SQL('w.billing_cycle_anchor')} as cs
            from ${API_KEY_FROM} cross join async_commit
           where ${ACTIVE_API_KEY_WHERE}
        ), touch as (
@@ -658,25 +1116,87 @@ export class PgMetering implements Metering {
                for update of a skip locked)
        ), rl as (
          ${rateLimitUpsert(`select ? || k.workspace_id::text, ${RATE_LIMIT_WINDOW_START}, 1 from k where ?::boolean`)}
+       ), res as (
+         insert into workspace_token_usage as t (workspace_id, cycle_start, tokens, reserved)
+         select k.workspace_id, k.cs, 0, ?::bigint from k
+          where ?::boolean and k.quota is not null and k.quota > 0
+            and (not ?::boolean or (select hits from rl) <= ?::int)
+         on conflict (workspace_id, cycle_start) do update set reserved = t.reserved + excluded.reserved
+          where t.tokens + t.reserved < (select quota from k)
+         returning workspace_id, cycle_start
+       ), resrow as (
+         insert into token_reservations (id, workspace_id, cycle_start, tokens, expires_at)
+         select ?::uuid, workspace_id, cycle_start, ?::bigint, now() + interval '${RESERVATION_TTL_SECONDS} seconds'
+           from res
        )
-       select k.*, rl.hits, rl.reset_in, u.tokens, u.cycle_start
+       select k.*, rl.hits, rl.reset_in, exists (select 1 from res) as reserved
          from k
-         left join rl on true
-         ${LATEST_CYCLE_USAGE('k.workspace_id')}`,
-      [keyHash, `${bucket}:`, w, w, limited, w],
+         left join rl on true`,
+      [
+        keyHash,
+        `${bucket}:`,
+        w,
+        w,
+        limited,
+        w,
+        Math.max(1, Math.ceil(reserveTokens)),
+        admit,
+        limited,
+        rule?.limit ?? 0,
+        reservationId,
+        Math.max(1, Math.ceil(reserveTokens)),
+      ],
     );
     const row = rows[0];
     if (!row) return undefined;
-    const start = cycleStart(new Date(row.anchor), now);
+    const reserved = row.reserved === true || String(row.reserved) === 't' || String(row.reserved) === 'true';
     return {
       principal: apiKeyPrincipal(row),
-      cycleStart: start,
+      cycleStart: new Date(row.cs),
+      reservationId: reserved ? reservationId : null,
       limit: () => (limited && rule ? rateLimitHeaders(rule, Number(row.hits), Number(row.reset_in)) : {}),
       quota: () => {
-        if (row.quota !== null && tokensUsedInCycle(start, row) >= Number(row.quota)) {
-          throw new AppError(403, TOKEN_LIMIT_EXCEEDED);
-        }
+        if (row.quota !== null && !reserved) throw new AppError(403, TOKEN_LIMIT_EXCEEDED);
       },
+    };
+  }
+
+  /**
+   * The `/chat` quota reservation on its own (callers authenticated otherwise than by key,
+   * whose rate limit was taken already): the same conditional upsert as `admitKeyRequest`.
+   * `reservationId` null with a quota set means the quota is spent (403).
+   */
+  async reserveQuota(
+    workspaceId: string,
+    reserveTokens: number,
+  ): Promise<{ quota: number | null; cycleStart: Date; reservationId: string | null }> {
+    const reservationId = randomUUID();
+    const tokens = Math.max(1, Math.ceil(reserveTokens));
+    const rows = await this.db().execute<{ quota: string | null; cs: Date | string; reserved: boolean }[]>(
+      `with k as (
+         select w.id as workspace_id, w.monthly_token_quota as quota, ${CYCLE_START_SQL('w.billing_cycle_anchor')} as cs
+           from workspaces w where w.id = ?
+       ), res as (
+         insert into workspace_token_usage as t (workspace_id, cycle_start, tokens, reserved)
+         select k.workspace_id, k.cs, 0, ?::bigint from k where k.quota is not null and k.quota > 0
+         on conflict (workspace_id, cycle_start) do update set reserved = t.reserved + excluded.reserved
+          where t.tokens + t.reserved < (select quota from k)
+         returning workspace_id, cycle_start
+       ), resrow as (
+         insert into token_reservations (id, workspace_id, cycle_start, tokens, expires_at)
+         select ?::uuid, workspace_id, cycle_start, ?::bigint, now() + interval '${RESERVATION_TTL_SECONDS} seconds'
+           from res
+       )
+       select k.quota, k.cs, exists (select 1 from res) as reserved from k`,
+      [workspaceId, tokens, reservationId, tokens],
+    );
+    const row = rows[0];
+    if (!row) throw new AppError(404, 'Workspace not found');
+    const reserved = row.reserved === true || String(row.reserved) === 't' || String(row.reserved) === 'true';
+    return {
+      quota: row.quota === null ? null : Number(row.quota),
+      cycleStart: new Date(row.cs),
+      reservationId: reserved ? reservationId : null,
     };
   }
 
@@ -684,25 +1204,58 @@ export class PgMetering implements Metering {
 
   /**
    * Starts a metered generation. Credits meter: takes the hold (the known input cost, from
-   * `inputTokens`, plus one chunk of output; at least `minimumMicros` and 1 µ$) in one
-   * conditional statement, 402 with the caller's message when the balance cannot cover it.
-   * Tokens meter: 403 when the quota is spent. Then a `GenerationMeter` to feed and finish
-   * (always `finish` in `finally`: an unfinished generation keeps its hold).
+   * `inputTokens`, plus the expected reply: learned per model, capped by `maxTokens`; at least
+   * `minimumMicros` and 1 µ$) in one conditional statement, 402 with the caller's message
+   * when the balance cannot cover it (nothing is held then). Tokens meter: 403 when the quota
+   * is spent. Then a `GenerationMeter` to feed and finish (always `finish` in `finally`; a
+   * hold its process never finished is settled by the run engine's sweep).
    */
-  async startGeneration(
-    input: GenerationInput,
-    opts: { minimumMicros?: number; inputTokens?: number } = {},
-  ): Promise<GenerationMeter> {
-    if (input.meter !== 'credits') {
-      await this.assertTokenQuota(input.workspaceId);
-      return new GenerationMeter(this, input);
-    }
+  async startGeneration(input: GenerationInput, opts: GenerationOptions = {}): Promise<GenerationMeter> {
     const known = (n: number | undefined) =>
       n !== undefined && Number.isFinite(n) && n > 0 ? Math.ceil(n) : 0;
-    const inputCost = lineCost(known(opts.inputTokens), input.model.inputPricePerMTok);
-    const held = Math.max(1, known(opts.minimumMicros), inputCost + this.chunkMicros(input.model));
-    const ok = await this.hold(input.workspaceId, held, { reason: input.endpoint, ref: input.requestId });
+    const key = estimatorKey(input.model.id, input.endpoint);
+    const rawInput = known(opts.inputTokens);
+    const factor = this.estimator.inputFactor(key);
+    if (input.meter !== 'credits') {
+      await this.assertTokenQuota(input.workspaceId);
+      return new GenerationMeter(this, input, 0, null, rawInput, 0, factor);
+    }
+    const inputTokens = Math.ceil(rawInput * factor);
+    const inputCost = lineCost(inputTokens, input.model.inputPricePerMTok);
+    const expectedOutput = this.estimator.expect(key, opts.maxTokens);
+    const outputCost = lineCost(expectedOutput, input.model.outputPricePerMTok);
+    const held = Math.max(1, known(opts.minimumMicros), inputCost + outputCost);
+    const id = randomUUID();
+    const { insufficientMessage: _m, model, ...usage } = input;
+    const record: ExpiredHoldRecord = {
+      usage: { ...usage, cycleStart: undefined },
+      model: model.id,
+      inputPricePerMTok: model.inputPricePerMTok,
+      outputPricePerMTok: model.outputPricePerMTok,
+      pricePerImage: model.pricePerImage ?? null,
+    };
+    const ok = await this.hold(
+      input.workspaceId,
+      held,
+      { reason: input.endpoint, ref: input.requestId },
+      {
+        id,
+        usedMicros: Math.min(held, inputCost),
+        inputTokens,
+        record: record as unknown as Record<string, unknown>,
+      },
+    );
     if (!ok) throw insufficientCredits(input.insufficientMessage);
-    return new GenerationMeter(this, input, held);
+    this.leases.add(id);
+    return new GenerationMeter(this, input, held, id, rawInput, held, factor);
   }
+}
+
+/** What a hold row keeps to write its usage record if its process dies. */
+interface ExpiredHoldRecord {
+  usage: Omit<GenerationInput, 'model' | 'insufficientMessage'>;
+  model: string;
+  inputPricePerMTok: number;
+  outputPricePerMTok: number;
+  pricePerImage: number | null;
 }

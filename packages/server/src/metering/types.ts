@@ -36,6 +36,8 @@ export interface UsageRecordInput {
   meter: 'tokens' | 'credits';
   /** The billing cycle the tokens count in, when the caller already knows it (saves a query). */
   cycleStart?: Date;
+  /** The `/chat` quota reservation (from `admitKeyRequest`) this record releases. */
+  reservationId?: string | null;
 }
 
 export interface Metering {
@@ -79,7 +81,25 @@ export interface Metering {
     keyHash: string,
     bucket: RateLimitBucket,
     admit: boolean,
+    reserveTokens?: number,
   ): Promise<KeyAdmission | undefined>;
+  /** A `/chat` quota reservation on its own (the session-authenticated path); null id = quota spent. */
+  reserveQuota(
+    workspaceId: string,
+    reserveTokens: number,
+  ): Promise<{ quota: number | null; cycleStart: Date; reservationId: string | null }>;
+  /** Expected reply lengths per model and endpoint (`estimatorKey`): sizes holds and quota reservations. */
+  readonly estimator: {
+    expect(key: string, maxTokens?: number): number;
+    observe(key: string, outputTokens: number): void;
+    observeInput(key: string, estimated: number, reported: number): void;
+    inputFactor(key: string): number;
+  };
+  /**
+   * Settles the credit holds of dead processes (lease expired) and drops expired `/chat`
+   * quota reservations; the run engine's sweep calls it.
+   */
+  settleExpired(): Promise<number>;
   /** The same metering on another executor (the plain pool of `db/sql.ts`), usage batched or not. */
   using(executor: SqlExecutor, opts?: { batchUsage?: boolean }): Metering;
   /** Writes pending batched usage records (shutdown). */
@@ -92,14 +112,15 @@ export interface Metering {
   ): Promise<{ quota: number | null; used: number; cycleStart: Date; resetsAt: Date }>;
   /**
    * Starts one metered generation. `credits` meter: atomically takes a prepaid hold (input
-   * cost from `opts.inputTokens`, if known, plus one chunk of `METERING_CREDIT_CHECK_TOKENS`
-   * output tokens; at least `opts.minimumMicros` and 1 µ$), 402 `INSUFFICIENT_CREDITS` when
-   * the balance cannot cover it. `tokens` meter: 403 `Token limit exceeded`. Then accumulates
-   * usage, tops the hold up mid-stream (`check`) and settles + records usage on `finish`.
+   * cost from `opts.inputTokens` plus the expected reply: learned per model, capped by
+   * `opts.maxTokens`; at least `opts.minimumMicros` and 1 µ$), 402 `INSUFFICIENT_CREDITS`
+   * when the balance cannot cover it. `tokens` meter: 403 `Token limit exceeded`. Then
+   * accumulates usage, tops the hold up mid-stream (`check`) and settles + records usage on
+   * `finish`.
    */
   startGeneration(
     input: GenerationInput,
-    opts?: { minimumMicros?: number; inputTokens?: number },
+    opts?: { minimumMicros?: number; inputTokens?: number; maxTokens?: number },
   ): Promise<GenerationMeter>;
 }
 
@@ -120,21 +141,26 @@ export type GenerationInput = Omit<
  *   after each model call: meter.addUsage(usage);
  *   at the end, in `finally` (also on error/abort): await meter.finish('success' | 'error' | 'aborted');
  *
- * Credits meter: `startGeneration` holds the input cost plus one chunk of output, `check()`
- * tops the hold up by the next chunk (402 when the balance cannot cover it) and `finish()`
- * refunds the unused hold or debits the rest. A meter never finished keeps its hold.
+ * Credits meter: `startGeneration` holds the input cost plus the expected reply, `check()`
+ * tops the hold up by the next chunk (within one hold's worth below zero; 402 past that) and
+ * `finish()` refunds the unused hold or debits the rest. A meter never finished (its process
+ * died) is settled by the run engine's sweep once its lease expires.
  */
 export interface GenerationMeter {
   readonly inputTokens: number;
   readonly outputTokens: number;
-  /** Adds what one model call reported (replaces the streamed-characters estimate). */
+  /** Adds what one model call reported (replaces the streamed-characters and input estimates). */
   addUsage(usage: LlmUsage): void;
+  /** Notes another model call about to send `inputTokens` (estimated) upstream. */
+  beginCall(inputTokens: number): void;
   addImages(n?: number): void;
   /** Notes streamed output characters; true when a credit re-check is due. */
   addStreamedChars(chars: number): boolean;
   /** Tops the credit hold up to the cost so far plus the next chunk; 402 when the balance cannot. */
   check(): Promise<void>;
   costMicros(): number;
+  /** Gives the hold back whole, no usage record (abandoned before anything was sent). */
+  release(): Promise<void>;
   /**
    * Settles the hold once (credits meter: refund the unused part, or debit the rest, clamped
    * and reported `short`) and writes the usage record; idempotent.
@@ -147,6 +173,8 @@ export interface KeyAdmission {
   principal: Principal;
   /** Billing cycle of the token quota (pass it to `record` as `cycleStart`). */
   cycleStart: Date;
+  /** The quota reservation taken (pass it to `record`), null when none was (no quota, refused). */
+  reservationId: string | null;
   /** RateLimit-* headers, or throws the 429. */
   limit(): Record<string, string>;
   /** Throws 403 `Token limit exceeded` when the cycle's quota is spent. */

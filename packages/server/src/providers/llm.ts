@@ -110,4 +110,6 @@ export interface ModelCatalog {
   list(kind?: ModelKind): ModelInfo[];
   /** The default model id of a kind, if any. */
   defaultId(kind: ModelKind): string | undefined;
+  /** Where a provider (by id) lives: its type, endpoint and key. */
+  provider(id: string): { id: string; type: string; baseUrl?: string; apiKey?: string } | undefined;
 }

@@ -164,7 +164,8 @@ export function loadModelCatalog(env: Record<string, string | undefined>): Stati
 
   const chat = env.CHAT_MODEL?.trim();
   const embedding = env.EMBEDDING_MODEL?.trim();
-  if (!chat && !embedding) return new StaticModelCatalog([], []);
+  const image = imageModelsFromEnv(env);
+  if (!chat && !embedding && image.models.length === 0) return new StaticModelCatalog([], []);
   const provider: ProviderConfig = {
     id: 'default',
     type: 'openai',
@@ -197,5 +198,63 @@ export function loadModelCatalog(env: Record<string, string | undefined>): Stati
       active: true,
     });
   }
-  return new StaticModelCatalog(models, [provider]);
+  models.push(...image.models);
+  return new StaticModelCatalog(models, [provider, ...image.providers]);
+}
+
+/**
+ * Image models from the environment (docs/image.md): `IMAGE_MODEL` on Replicate
+ * (`REPLICATE_API_TOKEN`, `REPLICATE_BASE_URL`) and `IMAGE_ALT_MODEL` on an OpenAI-compatible
+ * images API (`IMAGE_ALT_BASE_URL` / `IMAGE_ALT_API_KEY`, defaulting to the `OPENAI_*` ones).
+ */
+function imageModelsFromEnv(env: Record<string, string | undefined>): {
+  models: ModelInfo[];
+  providers: ProviderConfig[];
+} {
+  const models: ModelInfo[] = [];
+  const providers: ProviderConfig[] = [];
+  const opt = (v: string | undefined) => v?.trim() || undefined;
+  const replicate = opt(env.IMAGE_MODEL);
+  if (replicate) {
+    providers.push({
+      id: 'replicate',
+      type: 'replicate',
+      baseUrl: opt(env.REPLICATE_BASE_URL),
+      apiKey: opt(env.REPLICATE_API_TOKEN),
+      options: {},
+    });
+    models.push({
+      id: opt(env.IMAGE_MODEL_ID) ?? replicate,
+      upstream: replicate,
+      provider: 'replicate',
+      kind: 'image',
+      contextWindow: 0,
+      inputPricePerMTok: 0,
+      outputPricePerMTok: 0,
+      pricePerImage: num(env.IMAGE_MODEL_PRICE_PER_IMAGE, 'IMAGE_MODEL_PRICE_PER_IMAGE', 0),
+      active: true,
+    });
+  }
+  const alt = opt(env.IMAGE_ALT_MODEL);
+  if (alt) {
+    providers.push({
+      id: 'openai-images',
+      type: 'openai',
+      baseUrl: opt(env.IMAGE_ALT_BASE_URL) ?? opt(env.OPENAI_BASE_URL),
+      apiKey: opt(env.IMAGE_ALT_API_KEY) ?? opt(env.OPENAI_API_KEY),
+      options: {},
+    });
+    models.push({
+      id: opt(env.IMAGE_ALT_MODEL_ID) ?? alt,
+      upstream: alt,
+      provider: 'openai-images',
+      kind: 'image',
+      contextWindow: 0,
+      inputPricePerMTok: num(env.IMAGE_ALT_INPUT_PRICE_PER_MTOK, 'IMAGE_ALT_INPUT_PRICE_PER_MTOK', 0),
+      outputPricePerMTok: num(env.IMAGE_ALT_OUTPUT_PRICE_PER_MTOK, 'IMAGE_ALT_OUTPUT_PRICE_PER_MTOK', 0),
+      pricePerImage: num(env.IMAGE_ALT_MODEL_PRICE_PER_IMAGE, 'IMAGE_ALT_MODEL_PRICE_PER_IMAGE', 0),
+      active: true,
+    });
+  }
+  return { models, providers };
 }

@@ -6,6 +6,8 @@ import type { Logger } from 'pino';
 
 export type BusMessage =
   | { t: 'event'; runId: string; seq: number }
+  /** A batch of events of these runs was written (one NOTIFY per batch per node). */
+  | { t: 'events'; runIds: string[] }
   | { t: 'cancel'; runId: string }
   | { t: 'wake' };
 
@@ -66,6 +68,26 @@ export class RunBus {
     this.client = undefined;
   }
 
+  /**
+   * The channel and payload of `msg` for a `pg_notify` made inside another statement (so the
+   * notification costs no transaction of its own); undefined on PGlite. Local listeners are
+   * not told: the caller delivers from memory.
+   */
+  notification(msg: BusMessage): { channel: string; payload: string } | undefined {
+    if (!this.distributed || this.closed) return undefined;
+    let payload = JSON.stringify({ from: this.nodeId, msg });
+    // NOTIFY payloads are limited to 8000 bytes: a huge batch wakes every reader instead.
+    if (payload.length > 7900 && msg.t === 'events') {
+      payload = JSON.stringify({ from: this.nodeId, msg: { t: 'events', runIds: [] } });
+    }
+    return { channel: CHANNEL, payload };
+  }
+
+  /** Tells this process's readers of `runId` to look again (no NOTIFY). */
+  localEvent(runId: string): void {
+    this.local.emit(`event:${runId}`);
+  }
+
   async publish(msg: BusMessage): Promise<void> {
     this.deliver(msg);
     if (!this.distributed || this.closed) return;
@@ -80,12 +102,19 @@ export class RunBus {
 
   private deliver(msg: BusMessage): void {
     if (msg.t === 'wake') this.local.emit('wake');
-    else this.local.emit(`${msg.t}:${msg.runId}`, msg);
+    else if (msg.t === 'events') {
+      if (msg.runIds.length === 0) this.local.emit('event:*');
+      for (const id of msg.runIds) this.local.emit(`event:${id}`);
+    } else this.local.emit(`${msg.t}:${msg.runId}`, msg);
   }
 
   onEvent(runId: string, fn: () => void): () => void {
     this.local.on(`event:${runId}`, fn);
-    return () => this.local.off(`event:${runId}`, fn);
+    this.local.on('event:*', fn);
+    return () => {
+      this.local.off(`event:${runId}`, fn);
+      this.local.off('event:*', fn);
+    };
   }
 
   onCancel(runId: string, fn: () => void): () => void {

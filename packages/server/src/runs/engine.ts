@@ -3,6 +3,7 @@ import type { EntityManager } from '@mikro-orm/postgresql';
 import type { Logger } from 'pino';
 import { badRequest } from '../http/errors.js';
 import type { RunBus } from './bus.js';
+import { EventWriter, LiveLog } from './live-log.js';
 import { type NewRun, runStore } from './store.js';
 import {
   isTerminalEvent,
@@ -24,26 +25,51 @@ export interface RunEngineOptions {
   leaseMs?: number;
   /** How often idle workers and stream readers look again without a bus message (ms). */
   pollMs?: number;
-  /** Runs executed at once by this process; 0 disables the workers (HTTP-only process). */
+  /**
+   * Autonomous (CPU- or tool-heavy) runs executed at once by this process; 0 disables every
+   * worker of the process, turns included (an HTTP-only process).
+   */
   concurrency?: number;
+  /** Agent turns (I/O-bound streams) executed at once by this process. */
+  turnConcurrency?: number;
+  /** Longest time an event waits in memory before its batch is written (ms). */
+  eventFlushMs?: number;
+  /** A batch of events is written at once when this many wait. */
+  eventBatchMax?: number;
+  /**
+   * Recovery beyond the runs, at each sweep: metering settles the credit holds whose process
+   * died (their lease expired), refunding what they did not use.
+   */
+  onSweep?: () => Promise<unknown>;
 }
 
 export const WORKER_LOST_ERROR = 'Worker lost: the run lease expired';
 const SHUTDOWN_ERROR = 'Server shut down during the run';
 
+interface Execution {
+  kind: RunKind;
+  controller: AbortController;
+  log: LiveLog;
+  done: Promise<void>;
+}
+
 /**
  * The durable run engine (docs/run-engine.md). Runs live in Postgres; workers in any
  * process lease them with `FOR UPDATE SKIP LOCKED`, heartbeat the lease, and hand them to the
- * executor of their kind. Every state change is an event in the run's append-only log;
- * streams replay the log and tail it through the bus.
+ * executor of their kind. Every state change is an event in the run's append-only log. The
+ * worker hands events to this process's readers from memory and writes them in batches;
+ * readers elsewhere (or behind) replay the log from the database and tail it through the bus.
  */
 export class RunEngine {
   readonly workerId = `worker-${randomUUID()}`;
   private readonly executors = new Map<RunKind, RunExecutor>();
-  private readonly active = new Map<string, AbortController>();
+  private readonly active = new Map<string, Execution>();
+  private readonly logs = new Map<string, LiveLog>();
+  private readonly writer: EventWriter;
   private readonly leaseMs: number;
   private readonly pollMs: number;
   private readonly concurrency: number;
+  private readonly turnConcurrency: number;
   private stopped = true;
   private wake: (() => void) | undefined;
   private loopDone: Promise<void> | undefined;
@@ -54,10 +80,39 @@ export class RunEngine {
     this.leaseMs = opts.leaseMs ?? 30_000;
     this.pollMs = opts.pollMs ?? 1000;
     this.concurrency = opts.concurrency ?? 4;
+    this.turnConcurrency = this.concurrency === 0 ? 0 : (opts.turnConcurrency ?? 256);
+    this.writer = new EventWriter({
+      em: opts.em,
+      log: opts.log,
+      owner: this.workerId,
+      flushMs: opts.eventFlushMs ?? 40,
+      maxBatch: opts.eventBatchMax ?? 500,
+      notification: (msg) => opts.bus.notification(msg),
+    });
   }
 
   get bus(): RunBus {
     return this.opts.bus;
+  }
+
+  /** Limits of this process: autonomous runs and turns executed at once. */
+  get limits(): { autonomous: number; turns: number } {
+    return { autonomous: this.concurrency, turns: this.turnConcurrency };
+  }
+
+  /**
+   * The lease a request may take for a run it admits, when this process has a free slot of
+   * that kind (the run then starts here without a wake-up or a claim round trip: `startClaimed`).
+   */
+  claimSlot(kind: RunKind): { owner: string; leaseMs: number } | null {
+    if (this.stopped || !this.executors.has(kind) || !this.claimableKinds().includes(kind)) return null;
+    return { owner: this.workerId, leaseMs: this.leaseMs };
+  }
+
+  /** Executes a run the caller inserted already leased by this process (see `claimSlot`). */
+  startClaimed(run: RunRecord, local?: Record<string, unknown>): void {
+    if (run.leaseOwner !== this.workerId || run.status !== 'running') return;
+    this.execute({ ...run, recovered: false }, local);
   }
 
   register(executor: RunExecutor): void {
@@ -69,17 +124,18 @@ export class RunEngine {
     await this.opts.bus.start();
     this.stopped = false;
     this.offWake = this.opts.bus.onWake(() => this.kick());
-    if (this.concurrency > 0) this.loopDone = this.loop();
+    if (this.concurrency > 0 || this.turnConcurrency > 0) this.loopDone = this.loop();
   }
 
   async stop(): Promise<void> {
     this.stopped = true;
     this.offWake?.();
     this.kick();
-    for (const c of this.active.values()) c.abort('shutdown');
+    for (const x of this.active.values()) x.controller.abort('shutdown');
     await this.loopDone;
     const deadline = Date.now() + 5000;
     while (this.active.size > 0 && Date.now() < deadline) await sleep(20);
+    await this.writer.close();
     await this.opts.bus.close();
   }
 
@@ -103,7 +159,9 @@ export class RunEngine {
 
   /**
    * Replays the log after `afterSeq`, then tails it until the terminal event (or `signal`).
-   * Any process can serve any run's stream.
+   * Any process can serve any run's stream. While this process executes the run, events
+   * come from memory once the reader has caught up with the first one held there; otherwise
+   * from the database, woken by the bus (NOTIFY across processes) or the poll.
    */
   async *stream(runId: string, afterSeq = 0, signal?: AbortSignal): AsyncGenerator<RunEvent> {
     let last = afterSeq;
@@ -115,14 +173,36 @@ export class RunEngine {
     });
     try {
       while (!signal?.aborted) {
+        const live = this.logs.get(runId);
+        if (live && last >= live.firstSeq - 1) {
+          const events = live.since(last);
+          for (const e of events) {
+            last = e.seq;
+            yield e;
+            if (isTerminalEvent(e.type)) return;
+          }
+          if (events.length > 0 || live.ended) continue;
+          await live.wait(this.pollMs, signal);
+          continue;
+        }
         dirty = false;
-        const events = await runStore.readEvents(this.opts.em(), runId, last);
+        const { status, events } = await runStore.readLog(this.opts.em(), runId, last);
+        if (status === null) return;
         for (const e of events) {
           last = e.seq;
           yield e;
           if (isTerminalEvent(e.type)) return;
         }
-        if (events.length > 0 || dirty) continue;
+        if (events.length > 0 || dirty || this.logs.has(runId)) continue;
+        if (status === 'completed' || status === 'failed' || status === 'cancelled') {
+          // Ended, and its terminal event lies behind this position: events a worker handed
+          // out from memory and never wrote (it crashed, or lost its lease) are not replayed.
+          const terminal = await runStore.terminalEvent(this.opts.em(), runId);
+          if (terminal) {
+            yield terminal;
+            return;
+          }
+        }
         await new Promise<void>((resolve) => {
           const done = () => {
             clearTimeout(timer);
@@ -142,16 +222,26 @@ export class RunEngine {
 
   /**
    * Cancels a running run: the state changes first (so nothing more is appended), the
-   * terminal event is written, and the worker holding it aborts its upstream calls.
+   * worker holding it aborts its upstream calls and writes `run.cancelled` after the events
+   * it already handed out (at once when nobody holds it).
    */
   async cancel(em: EntityManager, run: RunRecord): Promise<void> {
-    const ev = await runStore.finish(em, run.id, null, 'cancelled', {});
-    if (!ev) {
+    const res = await runStore.cancel(em, run.id);
+    if (!res) {
       const now = await runStore.getRun(em, run.id);
       throw badRequest(`Run is ${now?.status ?? run.status}`);
     }
-    await this.opts.bus.publish({ t: 'event', runId: run.id, seq: ev.seq });
-    await this.opts.bus.publish({ t: 'cancel', runId: run.id });
+    if (res.event) {
+      await this.opts.bus.publish({ t: 'event', runId: run.id, seq: res.event.seq });
+    } else {
+      const local = this.active.get(run.id);
+      if (local) {
+        local.controller.abort('cancelled');
+        await Promise.race([local.done, sleep(5000)]);
+      } else {
+        await this.opts.bus.publish({ t: 'cancel', runId: run.id });
+      }
+    }
     await this.opts.bus.publish({ t: 'wake' });
   }
 
@@ -189,16 +279,27 @@ export class RunEngine {
     this.wake?.();
   }
 
+  private claimableKinds(): RunKind[] {
+    let turns = 0;
+    for (const x of this.active.values()) if (x.kind === 'turn') turns++;
+    const others = this.active.size - turns;
+    const kinds: RunKind[] = [];
+    for (const k of this.executors.keys()) {
+      if (k === 'turn' ? turns < this.turnConcurrency : others < this.concurrency) kinds.push(k);
+    }
+    return kinds;
+  }
+
   private async loop(): Promise<void> {
     while (!this.stopped) {
       try {
         await this.sweep();
-        while (!this.stopped && this.active.size < this.concurrency) {
-          const run = await runStore.claim(this.opts.em(), this.workerId, this.leaseMs, [
-            ...this.executors.keys(),
-          ]);
+        while (!this.stopped) {
+          const kinds = this.claimableKinds();
+          if (kinds.length === 0) break;
+          const run = await runStore.claim(this.opts.em(), this.workerId, this.leaseMs, kinds);
           if (!run) break;
-          void this.execute(run);
+          this.execute(run);
         }
       } catch (err) {
         if (!this.stopped) this.opts.log.error({ err }, 'run worker loop failed');
@@ -216,26 +317,65 @@ export class RunEngine {
     }
   }
 
-  /** Settles tool calls past their deadline, so a forgotten call never wedges a run. */
+  /**
+   * Settles tool calls past their deadline, so a forgotten call never wedges a run, and
+   * writes `run.cancelled` for cancelled runs whose worker died before it could.
+   */
   private async sweep(): Promise<void> {
     if (Date.now() - this.lastSweep < this.pollMs) return;
     this.lastSweep = Date.now();
-    for (const id of await runStore.overdueToolCalls(this.opts.em())) {
+    const em = this.opts.em();
+    for (const id of await runStore.overdueToolCalls(em)) {
       await this.settleToolCall(id, { error: 'Tool call deadline expired', expired: true });
     }
+    for (const id of await runStore.abandonedCancels(em)) {
+      const ev = await runStore.finishCancel(em, id, null);
+      if (ev) await this.opts.bus.publish({ t: 'event', runId: id, seq: ev.seq });
+    }
+    await this.opts
+      .onSweep?.()
+      .catch((err) => this.opts.log.warn({ err }, 'run engine: recovery hook failed'));
   }
 
-  private async execute(run: RunRecord & { recovered: boolean }): Promise<void> {
+  private execute(run: RunRecord & { recovered: boolean }, local?: Record<string, unknown>): void {
     const controller = new AbortController();
-    this.active.set(run.id, controller);
+    const log = new LiveLog(run.id, run.lastSeq, (why) =>
+      controller.abort(why === 'cancelled' ? 'cancelled' : 'lease lost'),
+    );
+    let finished!: () => void;
+    const done = new Promise<void>((r) => {
+      finished = r;
+    });
+    this.active.set(run.id, { kind: run.kind, controller, log, done });
     const offCancel = this.opts.bus.onCancel(run.id, () => controller.abort('cancelled'));
+    this.logs.set(run.id, log);
+    // Readers of this run waiting on the database switch to memory.
+    this.opts.bus.localEvent(run.id);
+    void this.executeRun(run, controller, log, local).finally(() => {
+      offCancel();
+      if (this.logs.get(run.id) === log) this.logs.delete(run.id);
+      log.end();
+      this.active.delete(run.id);
+      finished();
+      // A finished run may unblock the next run of its serial key.
+      this.kick();
+    });
+  }
+
+  private async executeRun(
+    run: RunRecord & { recovered: boolean },
+    controller: AbortController,
+    live: LiveLog,
+    local?: Record<string, unknown>,
+  ): Promise<void> {
     const em = this.opts.em;
     const heartbeat = setInterval(
       () => {
         runStore
           .heartbeat(em(), run.id, this.workerId, this.leaseMs)
-          .then((ok) => {
-            if (!ok) controller.abort('lease lost');
+          .then((status) => {
+            if (status === null) controller.abort('lease lost');
+            else if (status === 'cancelled') controller.abort('cancelled');
           })
           .catch((err) => this.opts.log.warn({ err, runId: run.id }, 'run heartbeat failed'));
       },
@@ -245,27 +385,35 @@ export class RunEngine {
     const log = this.opts.log.child({ runId: run.id, kind: run.kind });
     try {
       if (run.recovered && run.attempts > run.maxAttempts) {
-        await this.finish(run.id, 'failed', { error: WORKER_LOST_ERROR }, WORKER_LOST_ERROR);
+        await this.finish(live, 'failed', { error: WORKER_LOST_ERROR }, WORKER_LOST_ERROR);
         return;
       }
       if (run.recovered) log.warn({ attempt: run.attempts }, 'recovering a run whose worker died');
       const executor = this.executors.get(run.kind);
       if (!executor) throw new Error(`No executor for run kind ${run.kind}`);
-      if (run.lastSeq === 0)
-        await this.emitFor(run.id, 'run.started', { runId: run.id, sessionId: run.sessionId });
+      const emit = async (type: string, payload: Record<string, unknown> = {}) => {
+        if (live.gone || controller.signal.reason === 'cancelled') throw new RunGoneError(run.id);
+        const ev = live.append(type, payload);
+        this.writer.mark(live);
+        // Backpressure: a producer far ahead of the database waits for a write.
+        if (live.unwritten > 5000) await this.writer.flush();
+        return ev.seq;
+      };
+      if (run.lastSeq === 0) await emit('run.started', { runId: run.id, sessionId: run.sessionId });
       const exec: RunExecution = {
         run,
         signal: controller.signal,
-        emit: (type, payload = {}) => this.emitFor(run.id, type, payload),
+        emit,
         checkpoint: (state) => runStore.checkpoint(em(), run.id, this.workerId, state),
         em,
+        local,
       };
       let outcome: RunOutcome;
       try {
         outcome = await executor.execute(exec);
       } catch (err) {
         if (controller.signal.aborted || err instanceof RunGoneError) {
-          await this.afterAbort(run, controller.signal.reason);
+          await this.afterAbort(run, live, controller.signal.reason);
           return;
         }
         log.error({ err }, 'run executor failed');
@@ -276,31 +424,54 @@ export class RunEngine {
         controller.signal.reason !== undefined &&
         outcome.status !== 'failed'
       ) {
-        await this.afterAbort(run, controller.signal.reason);
+        await this.afterAbort(run, live, controller.signal.reason);
         return;
       }
       if (outcome.status === 'waiting') {
+        const pending = await this.writer.drain(live);
+        if (pending.length > 0) {
+          await runStore.writeEvents(em(), this.workerId, pending, this.notification(run.id));
+          live.markWritten((pending.at(-1) as RunEvent).seq);
+        }
         await runStore.park(em(), run.id, this.workerId);
         // A result may have arrived before the lease was released.
         if (await runStore.unpark(em(), run.id)) this.kick();
       } else if (outcome.status === 'completed') {
-        await this.finish(run.id, 'completed', outcome.payload ?? {});
+        await this.finish(live, 'completed', outcome.payload ?? {});
       } else {
-        await this.finish(run.id, 'failed', { error: outcome.error }, outcome.error);
+        await this.finish(live, 'failed', { error: outcome.error }, outcome.error);
       }
     } catch (err) {
       log.error({ err }, 'run execution failed');
     } finally {
       clearInterval(heartbeat);
-      offCancel();
-      this.active.delete(run.id);
-      // A finished run may unblock the next run of its serial key, here or elsewhere.
-      void this.opts.bus.publish({ t: 'wake' });
     }
   }
 
-  private async afterAbort(run: RunRecord, reason: unknown): Promise<void> {
-    if (reason !== 'shutdown') return; // cancelled or lease lost: someone else owns the outcome
+  private notification(runId: string) {
+    return this.opts.bus.notification({ t: 'events', runIds: [runId] });
+  }
+
+  private async afterAbort(run: RunRecord, live: LiveLog, reason: unknown): Promise<void> {
+    if (reason === 'cancelled' || live.gone === 'cancelled') {
+      // Write what readers were shown, then the terminal event (the cancel left it to us).
+      const pending = await this.writer.drain(live);
+      const ev = await runStore.finishCancel(
+        this.opts.em(),
+        run.id,
+        this.workerId,
+        pending,
+        this.notification(run.id),
+      );
+      if (ev) this.deliverTerminal(live, ev);
+      return;
+    }
+    if (reason !== 'shutdown') return; // lease lost: someone else owns the outcome
+    const pending = await this.writer.drain(live);
+    if (pending.length > 0) {
+      await runStore.writeEvents(this.opts.em(), this.workerId, pending, this.notification(run.id));
+      live.markWritten((pending.at(-1) as RunEvent).seq);
+    }
     const current = await runStore.getRun(this.opts.em(), run.id);
     if (current?.status !== 'running' || current.leaseOwner !== this.workerId) return;
     if (current.attempts < current.maxAttempts) {
@@ -312,25 +483,51 @@ export class RunEngine {
           this.workerId,
         ]);
     } else {
-      await this.finish(run.id, 'failed', { error: SHUTDOWN_ERROR }, SHUTDOWN_ERROR);
+      await this.finish(live, 'failed', { error: SHUTDOWN_ERROR }, SHUTDOWN_ERROR);
     }
   }
 
+  /**
+   * Ends the run: its unwritten events, the status change and the terminal event in one
+   * transaction (so whatever the executor made durable before returning, the final assistant
+   * message included, precedes the terminal event), then readers here are shown it.
+   */
   private async finish(
-    runId: string,
+    live: LiveLog,
     status: 'completed' | 'failed',
     payload: Record<string, unknown>,
     error: string | null = null,
   ): Promise<void> {
-    const ev = await runStore.finish(this.opts.em(), runId, this.workerId, status, payload, error);
-    if (ev) await this.opts.bus.publish({ t: 'event', runId, seq: ev.seq });
+    const pending = await this.writer.drain(live);
+    const ev = await runStore.finish(
+      this.opts.em(),
+      live.runId,
+      this.workerId,
+      status,
+      payload,
+      error,
+      pending,
+      this.notification(live.runId),
+    );
+    if (ev) this.deliverTerminal(live, ev);
+    else {
+      // Cancelled meanwhile (the lease kept for us; `finish` wrote the pending events), or
+      // the lease was lost (nothing of ours is written any more).
+      const cancelled = await runStore.finishCancel(
+        this.opts.em(),
+        live.runId,
+        this.workerId,
+        [],
+        this.notification(live.runId),
+      );
+      if (cancelled) this.deliverTerminal(live, cancelled);
+    }
   }
 
-  private async emitFor(runId: string, type: string, payload: Record<string, unknown>): Promise<number> {
-    const ev = await runStore.appendEvent(this.opts.em(), runId, type, payload);
-    if (!ev) throw new RunGoneError(runId);
-    await this.opts.bus.publish({ t: 'event', runId, seq: ev.seq });
-    return ev.seq;
+  /** Readers elsewhere learn of it from the NOTIFY sent in the same transaction. */
+  private deliverTerminal(live: LiveLog, ev: RunEvent): void {
+    live.markWritten(ev.seq - 1);
+    live.appendWritten(ev);
   }
 }
 

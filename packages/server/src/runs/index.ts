@@ -6,7 +6,7 @@ import { RunEngine } from './engine.js';
 
 export { RunBus } from './bus.js';
 export { RunEngine, WORKER_LOST_ERROR } from './engine.js';
-export { runStore } from './store.js';
+export { isUniqueViolation, runStore } from './store.js';
 export * from './types.js';
 
 const intEnv = (v: string | undefined, fallback: number) => {
@@ -15,10 +15,17 @@ const intEnv = (v: string | undefined, fallback: number) => {
 };
 
 /**
- * The run engine of this process. `RUN_LEASE_MS` (30000), `RUN_POLL_INTERVAL_MS` (1000) and
- * `RUN_WORKER_CONCURRENCY` (4; 0 = this process serves HTTP only) tune it.
+ * The run engine of this process. `RUN_LEASE_MS` (30000), `RUN_POLL_INTERVAL_MS` (1000),
+ * `RUN_WORKER_CONCURRENCY` (4 autonomous runs; 0 = this process serves HTTP only),
+ * `RUN_TURN_CONCURRENCY` (256 agent turns), `RUN_EVENT_FLUSH_MS` (40) and
+ * `RUN_EVENT_BATCH_MAX` (500) tune it (docs/run-engine.md).
  */
-export function createRunEngine(opts: { config: Config; log: Logger; em: () => EntityManager }): RunEngine {
+export function createRunEngine(opts: {
+  config: Config;
+  log: Logger;
+  em: () => EntityManager;
+  onSweep?: () => Promise<unknown>;
+}): RunEngine {
   const env = opts.config.env;
   const bus = new RunBus({ databaseUrl: opts.config.databaseUrl, log: opts.log, em: opts.em });
   return new RunEngine({
@@ -28,5 +35,9 @@ export function createRunEngine(opts: { config: Config; log: Logger; em: () => E
     leaseMs: intEnv(env.RUN_LEASE_MS, 30_000),
     pollMs: intEnv(env.RUN_POLL_INTERVAL_MS, 1000),
     concurrency: intEnv(env.RUN_WORKER_CONCURRENCY, 4),
+    turnConcurrency: intEnv(env.RUN_TURN_CONCURRENCY, 256),
+    eventFlushMs: intEnv(env.RUN_EVENT_FLUSH_MS, 40),
+    eventBatchMax: Math.max(1, intEnv(env.RUN_EVENT_BATCH_MAX, 500)),
+    onSweep: opts.onSweep,
   });
 }

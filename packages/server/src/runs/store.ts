@@ -73,6 +73,21 @@ export interface NewRun {
   maxAttempts?: number;
 }
 
+/** A statement refused by a unique index (e.g. a second running run of one serial key). */
+export const isUniqueViolation = (err: unknown): boolean =>
+  (err as { code?: string })?.code === '23505' ||
+  (err as Error)?.constructor?.name === 'UniqueConstraintViolationException';
+
+export interface TurnAdmission {
+  /** The session was not found in the workspace. */
+  missing: boolean;
+  /** The oldest live turn of the session, when the turn was refused (`reject`). */
+  activeRunId: string | null;
+  run: RunRecord | null;
+  /** The `apps` row of the session's agent. */
+  agent: Row | null;
+}
+
 /** The SQL of the run engine. Every statement goes through `em.execute` (see AGENTS rules). */
 export const runStore = {
   async insertRun(em: EntityManager, run: NewRun): Promise<RunRecord> {
@@ -91,6 +106,90 @@ export const runStore = {
       ],
     );
     return toRun(rows[0] as Row);
+  },
+
+  /**
+   * Admits an agent turn in ONE statement: finds the session (in the workspace) and its
+   * agent, looks for a live turn of the session (refused under `reject`), stores the user
+   * message, touches the session and inserts the run — already leased by `claimFor` when the
+   * admitting process has a free turn slot and no other turn of the session is live (so no
+   * wake-up and no claim round trip). Two concurrent admissions cannot both start a turn: the
+   * unique index on running serial keys refuses the second (the caller retries).
+   */
+  async admitTurn(
+    em: EntityManager,
+    t: {
+      runId: string;
+      messageId: string;
+      workspaceId: string;
+      sessionId: string;
+      message: string;
+      input: Record<string, unknown>;
+      reject: boolean;
+      claimFor: { owner: string; leaseMs: number } | null;
+    },
+  ): Promise<TurnAdmission> {
+    const claim = t.claimFor !== null;
+    const rows = await em.execute<Row[]>(
+      `with s as (
+         select id, app_id from agent_sessions where id = ? and workspace_id = ?
+       ), act as (
+         select r.id from runs r join s on r.session_id = s.id
+         where r.kind = 'turn' and r.status in ('pending', 'running') order by r.created_at limit 1
+       ), ok as (
+         select s.id, s.app_id, not exists (select 1 from act) as free from s
+         where not ? or not exists (select 1 from act)
+       ), msg as (
+         insert into session_messages (id, workspace_id, session_id, run_id, role, content, metadata)
+         select ?, ?, ok.id, ?, 'user', ?, '{}'::jsonb from ok returning id
+       ), touched as (
+         update agent_sessions set last_message_at = now() where id in (select id from ok) returning id
+       ), run as (
+         insert into runs (id, workspace_id, kind, app_id, session_id, serial_key, input, max_attempts,
+           status, lease_owner, lease_expires_at, heartbeat_at, attempts, started_at)
+         select ?, ?, 'turn', ok.app_id, ok.id, 'session:' || ok.id, ?::jsonb, 1,
+           case when ok.free and ? then 'running' else 'pending' end,
+           case when ok.free and ? then ? end,
+           case when ok.free and ? then now() + ?::interval end,
+           case when ok.free and ? then now() end,
+           case when ok.free and ? then 1 else 0 end,
+           case when ok.free and ? then now() end
+         from ok returning *
+       )
+       select (select count(*) from s) as found, (select id from act) as active_run_id,
+         (select count(*) from msg) + (select count(*) from touched) as written,
+         (select row_to_json(a) from apps a join s on a.id = s.app_id where a.app_type = 'agent') as agent,
+         run.*
+       from (select 1) one left join run on true`,
+      [
+        t.sessionId,
+        t.workspaceId,
+        t.reject,
+        t.messageId,
+        t.workspaceId,
+        t.runId,
+        t.message,
+        t.runId,
+        t.workspaceId,
+        JSON.stringify(t.input),
+        claim,
+        claim,
+        t.claimFor?.owner ?? null,
+        claim,
+        ms(t.claimFor?.leaseMs ?? 0),
+        claim,
+        claim,
+        claim,
+      ],
+    );
+    const r = rows[0] as Row;
+    const agent = (typeof r.agent === 'string' ? JSON.parse(r.agent) : r.agent) as Row | null;
+    return {
+      missing: Number(r.found) === 0,
+      activeRunId: r.id == null ? ((r.active_run_id as string) ?? null) : null,
+      run: r.id == null ? null : toRun(r),
+      agent,
+    };
   },
 
   async getRun(em: EntityManager, id: string): Promise<RunRecord | null> {
@@ -140,8 +239,9 @@ export const runStore = {
     kinds: RunKind[],
   ): Promise<(RunRecord & { recovered: boolean }) | null> {
     if (kinds.length === 0) return null;
-    const rows = await em.execute<Row[]>(
-      `with c as (
+    const rows = await em
+      .execute<Row[]>(
+        `with c as (
          select id, lease_owner from runs r
          where r.kind in (${kinds.map(() => '?').join(', ')})
            and (r.status = 'pending'
@@ -158,20 +258,74 @@ export const runStore = {
          attempts = attempts + 1, started_at = coalesce(started_at, now()), updated_at = now()
        from c where runs.id = c.id
        returning runs.*, c.lease_owner as previous_owner`,
-      [...kinds, owner, ms(leaseMs)],
-    );
+        [...kinds, owner, ms(leaseMs)],
+      )
+      // Two workers racing for two runs of one serial key: the unique index refuses the second.
+      .catch((err) => {
+        if (isUniqueViolation(err)) return [] as Row[];
+        throw err;
+      });
     const row = rows[0];
     if (!row) return null;
     return { ...toRun(row), recovered: row.previous_owner != null };
   },
 
-  async heartbeat(em: EntityManager, runId: string, owner: string, leaseMs: number): Promise<boolean> {
+  /**
+   * Extends a lease. Returns the run's status (`running`, or `cancelled` when a cancel is
+   * waiting for this worker to write its terminal event), or null when the lease is lost.
+   */
+  async heartbeat(
+    em: EntityManager,
+    runId: string,
+    owner: string,
+    leaseMs: number,
+  ): Promise<RunStatus | null> {
     const rows = await em.execute<Row[]>(
       `update runs set heartbeat_at = now(), lease_expires_at = now() + ?::interval
-       where id = ? and lease_owner = ? and status = 'running' returning id`,
+       where id = ? and lease_owner = ? and status in ('running', 'cancelled') returning status`,
       [ms(leaseMs), runId, owner],
     );
-    return rows.length > 0;
+    return rows[0] ? (rows[0].status as RunStatus) : null;
+  },
+
+  /**
+   * Writes buffered events of runs leased by `owner` in one statement (one transaction): one
+   * multi-row insert, each run's `last_seq` raised to its highest sequence, and (server
+   * database) one NOTIFY for the whole batch, delivered at commit. Events of a run whose
+   * lease `owner` no longer holds are not written. Returns the status of every run written.
+   */
+  async writeEvents(
+    em: EntityManager,
+    owner: string,
+    events: RunEvent[],
+    notify?: { channel: string; payload: string },
+  ): Promise<Map<string, RunStatus>> {
+    if (events.length === 0) return new Map();
+    const rows = await em.execute<Row[]>(
+      `with ev as (
+         select * from jsonb_to_recordset(?::jsonb) as x(run_id uuid, seq integer, type text, payload jsonb)
+       ), mx as (
+         select run_id, max(seq) as seq from ev group by run_id
+       ), upd as (
+         update runs r set last_seq = greatest(r.last_seq, mx.seq), updated_at = now()
+         from mx where r.id = mx.run_id and r.lease_owner = ?
+         returning r.id, r.status
+       ), ins as (
+         insert into run_events (run_id, seq, type, payload)
+         select ev.run_id, ev.seq, ev.type, ev.payload from ev join upd on upd.id = ev.run_id
+         returning 1
+       )${notify ? ', n as (select pg_notify(?, ?) as sent)' : ''}
+       select upd.id, upd.status, (select count(*) from ins) as written${notify ? ', (select count(*) from n) as notified' : ''}
+       from upd`,
+      [
+        JSON.stringify(
+          events.map((e) => ({ run_id: e.runId, seq: e.seq, type: e.type, payload: e.payload })),
+        ),
+        owner,
+        ...(notify ? [notify.channel, notify.payload] : []),
+      ],
+    );
+    return new Map(rows.map((r) => [r.id as string, r.status as RunStatus]));
   },
 
   async checkpoint(em: EntityManager, runId: string, owner: string, state: Record<string, unknown>) {
@@ -184,7 +338,8 @@ export const runStore = {
 
   /**
    * Ends a run held by `owner` (or any run when owner is null) and appends its terminal
-   * event in the same transaction. Returns false when the run was no longer live.
+   * event in the same transaction, after `pending` (the worker's events not yet written).
+   * Returns null when the run was no longer live.
    */
   async finish(
     em: EntityManager,
@@ -193,8 +348,11 @@ export const runStore = {
     status: 'completed' | 'failed' | 'cancelled',
     payload: Record<string, unknown>,
     error: string | null = null,
+    pending: RunEvent[] = [],
+    notify?: { channel: string; payload: string },
   ): Promise<RunEvent | null> {
     return em.transactional(async (tx) => {
+      if (owner !== null && pending.length > 0) await runStore.writeEvents(tx, owner, pending);
       const ownerClause = owner === null ? '' : ' and lease_owner = ?';
       const statusClause = status === 'cancelled' ? `status = 'running'` : `status in ('pending', 'running')`;
       const rows = await tx.execute<Row[]>(
@@ -209,8 +367,116 @@ export const runStore = {
          where run_id = ? and status = 'pending'`,
         [`Run ${status}`, runId],
       );
-      return runStore.appendEvent(tx, runId, `run.${status}`, { runId, ...payload }, { terminal: true });
+      const ev = await runStore.appendEvent(
+        tx,
+        runId,
+        `run.${status}`,
+        { runId, ...payload },
+        { terminal: true },
+      );
+      if (notify) await tx.execute('select pg_notify(?, ?)', [notify.channel, notify.payload]);
+      return ev;
     });
+  },
+
+  /**
+   * A cancel: the run becomes `cancelled` at once (nothing more is appended, its tool calls
+   * fail). When a live worker holds it, the worker keeps its lease to write the events it has
+   * already handed to readers and then `run.cancelled` (`finishCancel`), so the terminal event
+   * is always the last; otherwise `run.cancelled` is appended here. Returns null when the run
+   * was not running.
+   */
+  async cancel(
+    em: EntityManager,
+    runId: string,
+  ): Promise<{ owner: string | null; event: RunEvent | null } | null> {
+    return em.transactional(async (tx) => {
+      const rows = await tx.execute<Row[]>(
+        `update runs set status = 'cancelled', completed_at = now(), updated_at = now(), waiting = false,
+           lease_owner = case when lease_expires_at > now() and not waiting then lease_owner end,
+           lease_expires_at = case when lease_expires_at > now() and not waiting then lease_expires_at end
+         where id = ? and status = 'running' returning lease_owner`,
+        [runId],
+      );
+      if (rows.length === 0) return null;
+      await tx.execute(
+        `update tool_calls set status = 'failed', error = 'Run cancelled', completed_at = now()
+         where run_id = ? and status = 'pending'`,
+        [runId],
+      );
+      const owner = (rows[0]?.lease_owner as string) ?? null;
+      if (owner) return { owner, event: null };
+      const event = await runStore.appendEvent(tx, runId, 'run.cancelled', { runId }, { terminal: true });
+      return { owner: null, event };
+    });
+  },
+
+  /**
+   * The worker side of a cancel: writes its pending events, then `run.cancelled`, and
+   * releases the lease (owner null: the sweep's form for a worker that never did).
+   */
+  async finishCancel(
+    em: EntityManager,
+    runId: string,
+    owner: string | null,
+    pending: RunEvent[] = [],
+    notify?: { channel: string; payload: string },
+  ): Promise<RunEvent | null> {
+    return em.transactional(async (tx) => {
+      if (owner !== null && pending.length > 0) await runStore.writeEvents(tx, owner, pending);
+      const rows = await tx.execute<Row[]>(
+        `update runs set lease_owner = null, lease_expires_at = null, updated_at = now()
+         where id = ? and status = 'cancelled' and lease_owner is not null
+           ${owner === null ? 'and lease_expires_at < now()' : 'and lease_owner = ?'}
+         returning id`,
+        owner === null ? [runId] : [runId, owner],
+      );
+      if (rows.length === 0) return null;
+      const ev = await runStore.appendEvent(tx, runId, 'run.cancelled', { runId }, { terminal: true });
+      if (notify) await tx.execute('select pg_notify(?, ?)', [notify.channel, notify.payload]);
+      return ev;
+    });
+  },
+
+  /** Cancelled runs whose worker died before writing `run.cancelled` (the sweep ends them). */
+  async abandonedCancels(em: EntityManager): Promise<string[]> {
+    const rows = await em.execute<Row[]>(
+      `select id from runs where status = 'cancelled' and lease_owner is not null
+         and lease_expires_at < now() limit 50`,
+    );
+    return rows.map((r) => r.id as string);
+  },
+
+  /**
+   * The log after `afterSeq` and the run's status in one statement (status null: no such
+   * run). The stream uses the status to end when the terminal event lies behind its position.
+   */
+  async readLog(
+    em: EntityManager,
+    runId: string,
+    afterSeq: number,
+    limit = 500,
+  ): Promise<{ status: RunStatus | null; events: RunEvent[] }> {
+    const rows = await em.execute<Row[]>(
+      `select r.status as run_status, e.* from runs r
+       left join lateral (select * from run_events where run_id = r.id and seq > ? order by seq limit ?) e on true
+       where r.id = ?`,
+      [afterSeq, limit, runId],
+    );
+    if (rows.length === 0) return { status: null, events: [] };
+    return {
+      status: rows[0]?.run_status as RunStatus,
+      events: rows.filter((r) => r.seq != null).map(toEvent),
+    };
+  },
+
+  async terminalEvent(em: EntityManager, runId: string): Promise<RunEvent | null> {
+    const rows = await em.execute<Row[]>(
+      `select * from run_events where run_id = ? and type in ('run.completed', 'run.failed', 'run.cancelled')
+       order by seq desc limit 1`,
+      [runId],
+    );
+    return rows[0] ? toEvent(rows[0]) : null;
   },
 
   /** Releases the lease of a run that now waits on tool calls. */
@@ -304,7 +570,8 @@ export const runStore = {
 
   async overdueToolCalls(em: EntityManager): Promise<string[]> {
     const rows = await em.execute<Row[]>(
-      `select id from tool_calls where status = 'pending' and deadline_at < now() limit 100`,
+      `select t.id from tool_calls t join runs r on r.id = t.run_id
+       where t.status = 'pending' and t.deadline_at < now() and r.waiting limit 100`,
     );
     return rows.map((r) => r.id as string);
   },

@@ -64,6 +64,11 @@ export interface RunExecution {
   /** Persists the executor's own resumable state (read back as `run.state` next time). */
   checkpoint(state: Record<string, unknown>): Promise<void>;
   em(): EntityManager;
+  /**
+   * What the request that admitted and claimed the run already read (e.g. the agent row),
+   * when it executes in that same process; absent after a claim by a worker.
+   */
+  local?: Record<string, unknown>;
 }
 
 /**

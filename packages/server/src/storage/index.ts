@@ -2,23 +2,25 @@ import path from 'node:path';
 import type { Config } from '../config.js';
 import { LocalObjectStore } from './local-store.js';
 import type { ObjectStore } from './object-store.js';
-import { S3ObjectStore } from './s3-store.js';
 
 export * from './local-store.js';
 export * from './object-store.js';
-export * from './s3-store.js';
+export type { S3StoreOptions } from './s3-store.js';
 
 const truthy = (v: string | undefined) => v !== undefined && /^(1|true|yes|on)$/i.test(v.trim());
 const opt = (v: string | undefined) => (v === undefined || v.trim() === '' ? undefined : v.trim());
 
 /**
  * S3 when `S3_BUCKET` is set, otherwise files under `DATA_DIR/objects` with links signed by
- * the service. `baseUrl` resolves the origin of signed links on the embedded store.
+ * the service. `baseUrl` resolves the origin of signed links on the embedded store. The AWS
+ * SDK is loaded only for S3: ~20 MB of the process's memory that the embedded store does not
+ * need (docs/decisions/0019-lean-embedded-database.md).
  */
-export function createObjectStore(config: Config, baseUrl: () => string): ObjectStore {
+export async function createObjectStore(config: Config, baseUrl: () => string): Promise<ObjectStore> {
   const env = config.env;
   const bucket = opt(env.S3_BUCKET);
   if (bucket) {
+    const { S3ObjectStore } = await import('./s3-store.js');
     return new S3ObjectStore({
       bucket,
       endpoint: opt(env.S3_ENDPOINT),

@@ -3,6 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import type { TestProject } from 'vitest/node';
 import { startEmbeddedPostgres } from '../db/embedded.js';
+import { EMBEDDED_EXTENSIONS } from '../db/extensions.js';
 import { openDatabase } from '../db/orm.js';
 
 import './provided.js';
@@ -19,7 +20,7 @@ export default async function setup(project: TestProject) {
   }
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'aisuite-template-'));
   const file = path.join(dir, 'template.tar.gz');
-  const embedded = await startEmbeddedPostgres({});
+  const embedded = await startEmbeddedPostgres({ extensions: EMBEDDED_EXTENSIONS });
   try {
     const db = await openDatabase({ embedded, migrate: true });
     await db.close();

@@ -3,6 +3,7 @@ import fs from 'node:fs';
 import { type FakeOpenAI, type FakeOpenAIOptions, fakeOpenAIEnv, startFakeOpenAI } from '@ai-suite/testkit';
 import pg from 'pg';
 import { inject } from 'vitest';
+import { EMBEDDED_EXTENSIONS } from '../db/extensions.js';
 import './provided.js';
 import { SESSION_COOKIE } from '../auth/sessions.js';
 import { type EmbeddedPostgres, startEmbeddedPostgres } from '../db/embedded.js';
@@ -44,7 +45,7 @@ export async function createTestDatabase(): Promise<TestDatabase> {
   }
   const template = inject('pgTemplate');
   const loadDataDir = template ? new Blob([fs.readFileSync(template)]) : undefined;
-  const embedded = await startEmbeddedPostgres({ loadDataDir });
+  const embedded = await startEmbeddedPostgres({ loadDataDir, extensions: EMBEDDED_EXTENSIONS });
   return { embedded, drop: () => embedded.close() };
 }
 

@@ -9,6 +9,12 @@ import { Migration20261121060001_autonomous_runs } from './Migration202611210600
 import { Migration20261122000000_insights } from './Migration20261122000000_insights.js';
 import { Migration20261122010000_artifacts } from './Migration20261122010000_artifacts.js';
 import { Migration20261123040000_sessions } from './Migration20261123040000_sessions.js';
+import { Migration20261124020000_metering_holds } from './Migration20261124020000_metering_holds.js';
+import { Migration20261124030000_serial_running_unique } from './Migration20261124030000_serial_running_unique.js';
+import { Migration20261124040000_invitations } from './Migration20261124040000_invitations.js';
+import { Migration20261124040100_sign_in_failures } from './Migration20261124040100_sign_in_failures.js';
+import { Migration20261124040200_tool_servers } from './Migration20261124040200_tool_servers.js';
+import { Migration20261124060000_rag } from './Migration20261124060000_rag.js';
 
 /**
  * Every migration, in order. Listed explicitly (not globbed) so the bundled server and the
@@ -25,4 +31,13 @@ export const migrationsList: MigrationObject[] = [
   { name: 'Migration20261122000000_insights', class: Migration20261122000000_insights },
   { name: 'Migration20261122010000_artifacts', class: Migration20261122010000_artifacts },
   { name: 'Migration20261123040000_sessions', class: Migration20261123040000_sessions },
+  { name: 'Migration20261124020000_metering_holds', class: Migration20261124020000_metering_holds },
+  {
+    name: 'Migration20261124030000_serial_running_unique',
+    class: Migration20261124030000_serial_running_unique,
+  },
+  { name: 'Migration20261124040000_invitations', class: Migration20261124040000_invitations },
+  { name: 'Migration20261124040100_sign_in_failures', class: Migration20261124040100_sign_in_failures },
+  { name: 'Migration20261124060000_rag', class: Migration20261124060000_rag },
+  { name: 'Migration20261124040200_tool_servers', class: Migration20261124040200_tool_servers },
 ];

@@ -73,6 +73,19 @@ describe('agents', () => {
     expect(typeof agent.modelId).toBe('string');
   });
 
+  it('GET /managed-agents/config-defaults: what a create with no config stores', async () => {
+    const res = await get('/managed-agents/config-defaults');
+    expect(res.status).toBe(200);
+    const { config } = (await res.json()) as { config: Record<string, any> };
+    expect(config.capabilities.tools).toEqual({ web_search: false, web_fetch: false, web_provider: 'brave' });
+    const id = await createAgent({ name: 'Plain' });
+    const { agent } = (await (await get(`/managed-agents/agents/${id}`)).json()) as {
+      agent: { config: unknown };
+    };
+    expect(agent.config).toEqual(config);
+    expect((await ts.api('/managed-agents/config-defaults')).status).toBe(401);
+  });
+
   it('lists agents of the workspace only, with appType agent and status', async () => {
     const mine = await createAgent({ name: 'Mine' });
     await createAgent({ name: 'Theirs' }, other.apiKey);

@@ -13,7 +13,11 @@ let ws: TestWorkspace;
 
 beforeAll(async () => {
   ts = await startTestServerWithFakeModel({
-    env: { RUN_POLL_INTERVAL_MS: '100', METERING_CREDIT_CHECK_TOKENS: '1' },
+    env: {
+      RUN_POLL_INTERVAL_MS: '100',
+      METERING_CREDIT_CHECK_TOKENS: '1',
+      METERING_DEFAULT_OUTPUT_TOKENS: '2',
+    },
   });
   ws = await createTestWorkspace(ts, { creditsUsd: '10' });
 });

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import type { Principal } from '../../auth/principal.js';
 import { keyProcedure, type RequestContext, router } from '../../trpc.js';
+import { AGENT_CONFIG_DEFAULTS } from './config.js';
 import {
   AgentCreatedSchema,
   AgentDetailSchema,
@@ -25,6 +26,22 @@ const SessionId = z.object({ sessionId: z.string() });
 const Deleted = z.object({ deleted: z.literal(true) });
 
 export const agentsRouter = router({
+  configDefaults: keyProcedure
+    .meta({
+      openapi: {
+        method: 'GET',
+        path: '/managed-agents/config-defaults',
+        tags,
+        protect: true,
+        summary: 'The platform defaults of an agent config (extension of the spec)',
+        description:
+          'Extension: not in the interface specification. The config every agent starts from: a create deep-merges its `config` over these (objects key by key, arrays and scalars replace), an update deep-merges over the stored config.',
+      },
+    })
+    .input(z.void())
+    .output(z.object({ config: z.record(z.string(), z.unknown()) }))
+    .query(() => ({ config: structuredClone(AGENT_CONFIG_DEFAULTS) as unknown as Record<string, unknown> })),
+
   listAgents: keyProcedure
     .meta({
       openapi: { method: 'GET', path: '/managed-agents/agents', tags, protect: true, summary: 'List agents' },

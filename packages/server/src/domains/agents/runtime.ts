@@ -11,6 +11,7 @@ import type {
   ToolCall,
   ToolDefinition,
 } from '../../providers/llm.js';
+import { estimateTokens, messageChars } from '../../providers/openai-provider.js';
 import { webSearchProvidersFromEnv } from '../../providers/web-search.js';
 import type { RunExecution, RunExecutor, RunKind, RunOutcome } from '../../runs/index.js';
 import { RunGoneError, runStore } from '../../runs/index.js';
@@ -79,7 +80,12 @@ export class TurnExecutor implements RunExecutor {
   async execute(exec: RunExecution): Promise<RunOutcome> {
     const { run } = exec;
     const em = exec.em();
-    const agent = await loadAgent(em, run.appId as string, run.workspaceId);
+    // The admitting request read the agent already when the turn started in its process.
+    const preloaded = exec.local?.agent as Row | null | undefined;
+    const agent =
+      preloaded && preloaded.id === run.appId && preloaded.workspace_id === run.workspaceId
+        ? toAgent(preloaded)
+        : await loadAgent(em, run.appId as string, run.workspaceId);
     if (!agent) return { status: 'failed', error: 'Agent not found' };
     const config = effectiveConfig(agent.config);
     const { llm, models } = this.deps;
@@ -213,18 +219,25 @@ export class TurnExecutor implements RunExecutor {
   ): Promise<{ text: string; toolCalls: ToolCall[] }> {
     const { run } = exec;
     const llm = this.deps.llm as LlmProvider;
-    const meter = await this.deps.metering?.startGeneration({
-      workspaceId: run.workspaceId,
-      apiKeyId: (run.input.apiKeyId as string | null) ?? null,
-      appId: run.appId,
-      sessionId: run.sessionId,
-      runId: run.id,
-      requestId: String(run.input.requestId || run.id),
-      endpoint: this.loop.endpoint ?? MESSAGES_ENDPOINT,
-      model,
-      meter: 'credits',
-      insufficientMessage: INSUFFICIENT,
-    });
+    // The hold covers the prompt (messages and tool definitions, ~4 characters per token)
+    // and the expected reply; the usage record keeps that input estimate if the call ends
+    // before the upstream reports usage.
+    const inputChars = messageChars(messages) + (tools.length > 0 ? JSON.stringify(tools).length : 0);
+    const meter = await this.deps.metering?.startGeneration(
+      {
+        workspaceId: run.workspaceId,
+        apiKeyId: (run.input.apiKeyId as string | null) ?? null,
+        appId: run.appId,
+        sessionId: run.sessionId,
+        runId: run.id,
+        requestId: String(run.input.requestId || run.id),
+        endpoint: this.loop.endpoint ?? MESSAGES_ENDPOINT,
+        model,
+        meter: 'credits',
+        insufficientMessage: INSUFFICIENT,
+      },
+      { inputTokens: estimateTokens(inputChars) },
+    );
     let text = '';
     const toolCalls: ToolCall[] = [];
     try {
@@ -324,11 +337,12 @@ export class TurnExecutor implements RunExecutor {
     const id = randomUUID();
     if (!run.sessionId) return id;
     await em.execute(
-      `insert into session_messages (id, workspace_id, session_id, run_id, role, content, metadata)
-       values (?, ?, ?, ?, ?, ?, ?::jsonb)`,
+      `with m as (
+         insert into session_messages (id, workspace_id, session_id, run_id, role, content, metadata)
+         values (?, ?, ?, ?, ?, ?, ?::jsonb) returning session_id)
+       update agent_sessions set last_message_at = now() where id = (select session_id from m)`,
       [id, run.workspaceId, run.sessionId, run.id, role, content, JSON.stringify(metadata)],
     );
-    await em.execute('update agent_sessions set last_message_at = now() where id = ?', [run.sessionId]);
     return id;
   }
 

@@ -20,6 +20,24 @@ export const McpServerSchema = z
   })
   .meta({ id: 'McpServerConfig' });
 
+/**
+ * A reference to an MCP server connected to the workspace (`/workspaces/{id}/tool-servers`):
+ * its URL and stored auth header are used; a disabled or disconnected one is not offered.
+ */
+export const McpServerRefSchema = z
+  .strictObject({
+    toolServerId: z.string().min(1, 'toolServerId is required'),
+    allowedTools: z.array(z.string()).optional(),
+  })
+  .meta({ id: 'McpServerRef' });
+
+export const McpServerItemSchema = z
+  .union([McpServerRefSchema, McpServerSchema])
+  .meta({ id: 'McpServerItem' });
+export type McpServerItem = z.infer<typeof McpServerItemSchema>;
+export const isMcpServerRef = (s: McpServerItem): s is z.infer<typeof McpServerRefSchema> =>
+  'toolServerId' in s;
+
 export const CustomToolSchema = z
   .strictObject({
     name: ToolName,
@@ -52,7 +70,7 @@ export const AgentConfigInputSchema = z
             web_provider: z.enum(WEB_PROVIDERS).optional(),
           })
           .optional(),
-        mcp_servers: z.array(McpServerSchema).max(10).optional(),
+        mcp_servers: z.array(McpServerItemSchema).max(10).optional(),
       })
       .optional(),
     compute: z
@@ -76,7 +94,7 @@ export interface AgentConfig {
     memory: { enabled: boolean; scope: 'agent' | 'workspace' };
     deliverables: { enabled: boolean };
     tools: { web_search: boolean; web_fetch: boolean; web_provider: (typeof WEB_PROVIDERS)[number] };
-    mcp_servers: z.infer<typeof McpServerSchema>[];
+    mcp_servers: McpServerItem[];
   };
   compute: { maxIterations: number; maxWallClockMs: number };
   toolAllowlist?: string[] | null;

@@ -5,11 +5,12 @@ import type { ServerDeps } from '../../context.js';
 import { AppError, badRequest, conflict, forbidden, notFound } from '../../http/errors.js';
 import type { Metering } from '../../metering/types.js';
 import type { ModelCatalog } from '../../providers/llm.js';
-import { type RunRecord, runStore } from '../../runs/index.js';
+import { isUniqueViolation, type RunRecord, runStore } from '../../runs/index.js';
 import { catalogService } from '../catalogs/service.js';
+import { connectedServers } from '../tool-servers/service.js';
 import { callbackSecret, deepMerge, effectiveConfig, isUuid } from './config.js';
 import { assertOutboundUrlAccepted, parseAllowlist } from './outbound.js';
-import type { AgentConfigInput, CONCURRENCY_POLICIES } from './schema.js';
+import { type AgentConfigInput, type CONCURRENCY_POLICIES, isMcpServerRef } from './schema.js';
 
 type Row = Record<string, unknown>;
 const iso = (v: unknown) => (v == null ? null : (v instanceof Date ? v : new Date(String(v))).toISOString());
@@ -131,8 +132,27 @@ export class AgentsService {
     const policy = parseAllowlist(this.deps.config.env.OUTBOUND_ALLOWLIST);
     const check = (url: string, field: string) =>
       assertOutboundUrlAccepted(url, policy, `config.${field}`, { unresolvable: 'accept' });
-    for (const [i, s] of (config?.capabilities?.mcp_servers ?? []).entries()) {
-      await check(s.url, `capabilities.mcp_servers.${i}.url`);
+    const items = config?.capabilities?.mcp_servers ?? [];
+    const refs = items.filter(isMcpServerRef).map((s) => s.toolServerId);
+    const connected = await connectedServers(
+      this.em,
+      this.ws,
+      this.deps.config.signingSecret as string,
+      refs,
+    );
+    for (const [i, s] of items.entries()) {
+      if (isMcpServerRef(s)) {
+        if (!connected.has(s.toolServerId)) {
+          const field = `config.capabilities.mcp_servers.${i}.toolServerId`;
+          throw badRequest(
+            `${field}: no tool server with this id is connected to the workspace`,
+            'TOOL_SERVER_NOT_FOUND',
+            {
+              field,
+            },
+          );
+        }
+      } else await check(s.url, `capabilities.mcp_servers.${i}.url`);
     }
     for (const [i, t] of (config?.customTools ?? []).entries()) {
       if (t.callbackUrl) await check(t.callbackUrl, `customTools.${i}.callbackUrl`);
@@ -415,6 +435,59 @@ export class AgentsService {
     input: { message: string; model?: string; concurrency: (typeof CONCURRENCY_POLICIES)[number] },
     ctx: { requestId: string },
   ): Promise<RunRecord> {
+    if (input.concurrency === 'interrupt') return this.startInterruptingTurn(sessionId, input, ctx);
+    if (!isUuid(sessionId)) throw notFound(SESSION_NOT_FOUND);
+    if (this.deps.metering) {
+      Object.assign(this.rateHeaders, await this.deps.metering.rateLimit(this.ws, 'agent_message'));
+      await this.deps.metering.assertCredits(this.ws);
+    }
+    if (input.model && this.deps.models) this.deps.models.resolve('chat', input.model);
+    const runInput = {
+      message: input.message,
+      model: input.model ?? null,
+      apiKeyId: this.principal.keyId ?? null,
+      requestId: ctx.requestId,
+    };
+    // Session lookup, the concurrency check, the user message, the run and (with a free turn
+    // slot here) its lease: one statement. A concurrent admission that started a turn of the
+    // same session first makes ours fail on the unique index: look again.
+    for (let attempt = 0; ; attempt++) {
+      try {
+        const admitted = await runStore.admitTurn(this.em, {
+          runId: randomUUID(),
+          messageId: randomUUID(),
+          workspaceId: this.ws,
+          sessionId,
+          message: input.message,
+          input: runInput,
+          reject: input.concurrency === 'reject',
+          claimFor: this.deps.runs.claimSlot('turn'),
+        });
+        if (admitted.missing) throw notFound(SESSION_NOT_FOUND);
+        if (!admitted.run) {
+          throw conflict('A turn is already running in this session', 'TURN_IN_PROGRESS', {
+            runId: admitted.activeRunId as string,
+          });
+        }
+        if (admitted.run.status === 'running') {
+          this.deps.runs.startClaimed(admitted.run, { agent: admitted.agent });
+        } else {
+          await this.deps.runs.bus.publish({ t: 'wake' });
+        }
+        return admitted.run;
+      } catch (err) {
+        if (attempt < 3 && isUniqueViolation(err)) continue;
+        throw err;
+      }
+    }
+  }
+
+  /** `interrupt`: cancel the session's live turns, then start this one. */
+  private async startInterruptingTurn(
+    sessionId: string,
+    input: { message: string; model?: string },
+    ctx: { requestId: string },
+  ): Promise<RunRecord> {
     const session = await this.requireSession(sessionId);
     if (this.deps.metering) {
       Object.assign(this.rateHeaders, await this.deps.metering.rateLimit(this.ws, 'agent_message'));
@@ -426,20 +499,13 @@ export class AgentsService {
        order by created_at`,
       [session.id],
     );
-    if (active.length > 0 && input.concurrency === 'reject') {
-      throw conflict('A turn is already running in this session', 'TURN_IN_PROGRESS', {
-        runId: active[0]?.id as string,
-      });
-    }
-    if (input.concurrency === 'interrupt') {
-      for (const r of active) {
-        if (r.status !== 'running') {
-          await runStore.finish(this.em, r.id as string, null, 'cancelled', {}).catch(() => null);
-          continue;
-        }
-        const run = await runStore.getRun(this.em, r.id as string);
-        if (run) await this.deps.runs.cancel(this.em, run).catch(() => undefined);
+    for (const r of active) {
+      if (r.status !== 'running') {
+        await runStore.finish(this.em, r.id as string, null, 'cancelled', {}).catch(() => null);
+        continue;
       }
+      const run = await runStore.getRun(this.em, r.id as string);
+      if (run) await this.deps.runs.cancel(this.em, run).catch(() => undefined);
     }
     const runId = randomUUID();
     const run = await this.em.transactional(async (tx) => {

@@ -1,12 +1,14 @@
 import { randomUUID } from 'node:crypto';
 import type { EntityManager } from '@mikro-orm/postgresql';
-import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import type { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import type { Logger } from 'pino';
 import type { ToolDefinition } from '../../providers/llm.js';
 import { type WebSearchProvider, webSearch } from '../../providers/web-search.js';
 import { catalogService } from '../catalogs/service.js';
+import { connectedServers } from '../tool-servers/service.js';
 import { callbackSecret } from './config.js';
+import { loadMcpClient } from './mcp-client.js';
 import {
   assertUrlAllowed,
   htmlToText,
@@ -15,7 +17,7 @@ import {
   SIGNATURE_HEADER,
   signPayload,
 } from './outbound.js';
-import type { AgentConfig } from './schema.js';
+import { type AgentConfig, isMcpServerRef, type McpServerItem } from './schema.js';
 import type { AgentRow } from './service.js';
 
 /** Where a tool runs: in the service (platform, callback, MCP) or with the integrator. */
@@ -68,6 +70,52 @@ export interface McpServerWarning {
 
 /** How long ending an MCP session may take before the connection is simply closed. */
 const MCP_TERMINATE_TIMEOUT_MS = 5_000;
+
+/**
+ * The MCP servers a turn talks to: inline ones as configured, and references to connected
+ * tool servers resolved to their URL and (decrypted) auth header. A reference to a disabled or
+ * disconnected server is skipped with a warning: its tools are not offered.
+ */
+async function mcpServersOfTurn(
+  env: ToolEnv,
+  ctx: ToolContext,
+  items: McpServerItem[],
+  warnings: McpServerWarning[],
+): Promise<{ name: string; url: string; headers?: Record<string, string>; allowedTools?: string[] }[]> {
+  const refs = items.filter(isMcpServerRef);
+  const connected =
+    refs.length > 0
+      ? await connectedServers(
+          env.em(),
+          ctx.workspaceId,
+          env.signingSecret,
+          refs.map((r) => r.toolServerId),
+        )
+      : new Map();
+  const out = [];
+  for (const item of items) {
+    if (!isMcpServerRef(item)) {
+      out.push(item);
+      continue;
+    }
+    const server = connected.get(item.toolServerId);
+    if (!server?.enabled) {
+      const label = server?.name ?? item.toolServerId;
+      warnings.push({
+        server: label,
+        message: `Tool server "${label}" is ${server ? 'disabled' : 'disconnected'}; its tools are not offered in this turn`,
+      });
+      continue;
+    }
+    out.push({
+      name: server.name,
+      url: server.url,
+      headers: server.headers,
+      allowedTools: item.allowedTools,
+    });
+  }
+  return out;
+}
 
 export async function buildToolset(
   env: ToolEnv,
@@ -149,10 +197,11 @@ export async function buildToolset(
       }),
     );
   };
-  for (const server of config.capabilities.mcp_servers) {
+  for (const server of await mcpServersOfTurn(env, ctx, config.capabilities.mcp_servers, warnings)) {
     try {
       const url = new URL(server.url);
       await assertUrlAllowed(url, env.policy);
+      const { Client, StreamableHTTPClientTransport } = await loadMcpClient();
       const client = new Client({ name: 'ai-suite-agent', version: '1.0.0' });
       const transport = new StreamableHTTPClientTransport(url, {
         requestInit: { headers: server.headers ?? {}, signal },

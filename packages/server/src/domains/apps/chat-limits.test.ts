@@ -24,15 +24,17 @@ const events = (text: string) =>
 
 beforeAll(async () => {
   ts = await startTestServerWithFakeModel({
-    env: { METERING_CREDIT_CHECK_TOKENS: '2', RATE_LIMIT_APP_CHAT: '3' },
+    env: { METERING_CREDIT_CHECK_TOKENS: '2', METERING_DEFAULT_OUTPUT_TOKENS: '2', RATE_LIMIT_APP_CHAT: '3' },
   });
 });
 afterAll(() => ts?.close());
 
 describe('app chat limits', () => {
   it('runs out of credits mid-stream: error event INSUFFICIENT_CREDITS, user message kept', async () => {
-    // 20 micro-dollars; output costs 2 per token, re-checked every 2 tokens.
-    const w = await workspaceWithApp('0.00002');
+    // 40 micro-dollars: the prompt (~21 tokens, 1 each) and the expected 2-token reply are held;
+    // output costs 2 per token, re-checked every 2 tokens; the reply may run one hold (25)
+    // below zero, then the stream ends.
+    const w = await workspaceWithApp('0.00004');
     ts.fake.script({ text: 'word '.repeat(100), chunkSize: 4, usage: false });
     const res = await ts.api(`/apps/${w.appId}/chat/message/stream`, {
       method: 'POST',

@@ -105,78 +105,89 @@ export class AppChatService {
     const thread0 =
       input.threadId !== undefined ? await memory.findThread(this.em, app.id, input.threadId) : undefined;
     const threadId = thread0?.id ?? randomUUID();
-    // 402 `Insufficient credits` up front; re-checked while a long reply streams.
-    const meter = await this.deps.metering.startGeneration({
-      workspaceId: this.principal.workspaceId,
-      apiKeyId: this.principal.keyId ?? null,
-      appId: app.id,
-      threadId,
-      sessionId: thread0?.session_id ?? input.sessionId ?? null,
-      requestId: this.requestId,
-      endpoint,
-      model,
-      meter: 'credits',
-      insufficientMessage: INSUFFICIENT_CREDITS,
-    });
     const controls = { ...appControls(app), ...(input.controls ?? {}) };
     const maxContext = controls.maxContextMessages ?? DEFAULT_MAX_CONTEXT_MESSAGES;
     const turnId = newTurnId();
-
-    return this.em.transactional(async (tx) => {
-      let thread: ThreadRow;
-      if (thread0) {
-        thread = await memory.findThread(tx, app.id, thread0.id);
-      } else {
-        thread = await memory.insertThread(tx, app.id, { sessionId: input.sessionId ?? null }, threadId);
-      }
-      const identity = this.identityMetadata(input);
-      if (Object.keys(identity).length > 0 || (input.sessionId && !thread.session_id)) {
-        const rows = await tx.execute<ThreadRow[]>(
-          `update app_threads set metadata = metadata || ?::jsonb, session_id = coalesce(session_id, ?)
-            where id = ? returning *`,
-          [JSON.stringify(identity), input.sessionId ?? null, thread.id],
-        );
-        thread = rows[0] as ThreadRow;
-      }
-      const history =
-        maxContext > 0
-          ? (
-              await tx.execute<{ role: string; content: string }[]>(
-                `select role, content from app_thread_messages
-                  where thread_id = ? and provider_status not in ('error', 'aborted', 'pending')
-                  order by sequence_number desc limit ?`,
-                [thread.id, maxContext],
-              )
-            ).reverse()
-          : [];
-      const { ids } = await appendMessages(
-        tx,
-        { id: thread.id, workspaceId: thread.workspace_id, appId: app.id },
-        [
-          {
-            role: 'user',
-            content: input.message,
-            requestId: this.requestId,
-            turnId,
-            providerStatus: 'pending',
-            metadata: { callerRole: input.role },
-          },
-        ],
-      );
-      return {
-        app,
-        model,
-        thread,
-        turnId,
-        userMessageId: ids[0] as string,
-        messages: buildPrompt(app, input, history),
-        temperature: controls.temperature,
-        maxTokens: controls.maxTokens,
+    const history =
+      thread0 && maxContext > 0
+        ? (
+            await this.em.execute<{ role: string; content: string }[]>(
+              `select role, content from app_thread_messages
+                where thread_id = ? and provider_status not in ('error', 'aborted', 'pending')
+                order by sequence_number desc limit ?`,
+              [thread0.id, maxContext],
+            )
+          ).reverse()
+        : [];
+    const messages = buildPrompt(app, input, history);
+    // 402 `Insufficient credits` up front, holding the prompt's cost and the expected reply
+    // (capped by maxTokens); topped up while a longer reply streams.
+    const meter = await this.deps.metering.startGeneration(
+      {
+        workspaceId: this.principal.workspaceId,
+        apiKeyId: this.principal.keyId ?? null,
+        appId: app.id,
+        threadId,
+        sessionId: thread0?.session_id ?? input.sessionId ?? null,
+        requestId: this.requestId,
         endpoint,
-        meter,
-        headers,
-      };
-    });
+        model,
+        meter: 'credits',
+        insufficientMessage: INSUFFICIENT_CREDITS,
+      },
+      { inputTokens: estimateUsage(messages, '').inputTokens, maxTokens: controls.maxTokens },
+    );
+
+    try {
+      return await this.em.transactional(async (tx) => {
+        let thread: ThreadRow;
+        if (thread0) {
+          thread = await memory.findThread(tx, app.id, thread0.id);
+        } else {
+          thread = await memory.insertThread(tx, app.id, { sessionId: input.sessionId ?? null }, threadId);
+        }
+        const identity = this.identityMetadata(input);
+        if (Object.keys(identity).length > 0 || (input.sessionId && !thread.session_id)) {
+          const rows = await tx.execute<ThreadRow[]>(
+            `update app_threads set metadata = metadata || ?::jsonb, session_id = coalesce(session_id, ?)
+              where id = ? returning *`,
+            [JSON.stringify(identity), input.sessionId ?? null, thread.id],
+          );
+          thread = rows[0] as ThreadRow;
+        }
+        const { ids } = await appendMessages(
+          tx,
+          { id: thread.id, workspaceId: thread.workspace_id, appId: app.id },
+          [
+            {
+              role: 'user',
+              content: input.message,
+              requestId: this.requestId,
+              turnId,
+              providerStatus: 'pending',
+              metadata: { callerRole: input.role },
+            },
+          ],
+        );
+        return {
+          app,
+          model,
+          thread,
+          turnId,
+          userMessageId: ids[0] as string,
+          messages,
+          temperature: controls.temperature,
+          maxTokens: controls.maxTokens,
+          endpoint,
+          meter,
+          headers,
+        };
+      });
+    } catch (err) {
+      // Nothing was sent upstream: the hold goes back whole, with no usage record.
+      await meter.release().catch(() => {});
+      throw err;
+    }
   }
 
   /** `external_user_id` / `anonymous_visitor_id` for insights' `user_key`; a subject-bound token wins. */
@@ -195,6 +206,15 @@ export class AppChatService {
    * on failure the user message stays, marked `error` (or `aborted` when the caller left).
    */
   async *run(turn: PreparedTurn, signal?: AbortSignal): AsyncGenerator<ChatRunEvent> {
+    try {
+      yield* this.runTurn(turn, signal);
+    } finally {
+      // A consumer that stops early still settles the hold (a no-op once the turn finished it).
+      await turn.meter.finish('aborted').catch(() => {});
+    }
+  }
+
+  private async *runTurn(turn: PreparedTurn, signal?: AbortSignal): AsyncGenerator<ChatRunEvent> {
     const started = Date.now();
     let text = '';
     let usage: LlmUsage | undefined;

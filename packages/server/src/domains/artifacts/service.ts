@@ -192,20 +192,17 @@ export class ArtifactsService {
       let read = readReport(first.text);
       if (!read.ok) {
         // One repair round: the model sees its reply and what was wrong with it.
+        const repair: LlmMessage[] = [
+          ...messages,
+          { role: 'assistant', content: first.text },
+          {
+            role: 'user',
+            content: `That reply is not a valid report (${read.why}). Reply again with the whole report as JSON that follows the schema and its rules.`,
+          },
+        ];
+        meter.beginCall(estimateTokens(messageChars(repair)));
         await meter.check();
-        const second = await this.deps.llm.complete({
-          model,
-          responseSchema,
-          signal,
-          messages: [
-            ...messages,
-            { role: 'assistant', content: first.text },
-            {
-              role: 'user',
-              content: `That reply is not a valid report (${read.why}). Reply again with the whole report as JSON that follows the schema and its rules.`,
-            },
-          ],
-        });
+        const second = await this.deps.llm.complete({ model, responseSchema, signal, messages: repair });
         meter.addUsage(second.usage);
         read = readReport(second.text);
       }

@@ -1,7 +1,8 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Request } from 'express';
 import { z } from 'zod';
 import { bearerToken, isWellFormedApiKey } from '../../auth/api-keys.js';
-import { API_KEY } from '../../auth/authenticate.js';
+import { API_KEY, authenticate } from '../../auth/authenticate.js';
 import type { Principal } from '../../auth/principal.js';
 import type { ServerDeps } from '../../context.js';
 import { AppError, sendError, toAppError } from '../../http/errors.js';
@@ -52,18 +53,41 @@ function chatHandler(deps: ServerDeps) {
     let principal: Principal;
     let prepared: PreparedChat;
     try {
-      // A malformed key is refused before the body is read; everything else in one statement.
-      const apiKey = bearerToken(req.headers.authorization);
-      if (!apiKey || !isWellFormedApiKey(apiKey)) throw new AppError(401, 'Invalid API key');
-      const { body, error } = await readJsonBody(jsonBody, req, res);
-      ({ principal, prepared } = await service.prepare(apiKey, body, error, (p) => {
-        req.principal = p;
-      }));
+      if ((req as Request).consoleApi) {
+        // The web console's mount: the session, as every route there (decision 0025).
+        const session = await authenticate(req as Request, deps, deps.em(), API_KEY);
+        const { body, error } = await readJsonBody(jsonBody, req, res);
+        ({ principal, prepared } = await service.prepareForPrincipal(session, body, error));
+      } else {
+        // A malformed key is refused before the body is read; everything else in one statement.
+        const apiKey = bearerToken(req.headers.authorization);
+        if (!apiKey || !isWellFormedApiKey(apiKey)) throw new AppError(401, 'Invalid API key');
+        const { body, error } = await readJsonBody(jsonBody, req, res);
+        ({ principal, prepared } = await service.prepare(apiKey, body, error, (p) => {
+          req.principal = p;
+        }));
+      }
     } catch (err) {
       sendError(res, toAppError(err));
       return;
     }
-    if (clientGone) return;
+    if (clientGone) {
+      // Gone before the model was called: nothing was sent upstream; only the quota
+      // reservation, if one was taken, is given back (through an empty usage record).
+      if (prepared.reservationId)
+        service
+          .record({
+            principal,
+            requestId,
+            prepared,
+            status: 'aborted',
+            streamedChars: 0,
+            producedOutput: false,
+            latencyMs: Date.now() - started,
+          })
+          .catch((err: unknown) => deps.log.error({ err, requestId }, 'recording chat usage failed'));
+      return;
+    }
     const progress = { textChars: 0, started: false };
     let headersSent = false;
     const sendHeaders = () => {

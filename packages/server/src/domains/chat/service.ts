@@ -2,6 +2,7 @@ import { hashApiKey } from '../../auth/api-keys.js';
 import type { Principal } from '../../auth/principal.js';
 import type { ServerDeps } from '../../context.js';
 import { AppError, INVALID_REQUEST_BODY, toAppError } from '../../http/errors.js';
+import { estimatorKey, TOKEN_LIMIT_EXCEEDED } from '../../metering/service.js';
 import type { LlmMessage, ModelInfo } from '../../providers/llm.js';
 import { estimateTokens, messageChars } from '../../providers/openai-provider.js';
 import { type ChatRequestInput, parseChatRequest } from './schema.js';
@@ -15,6 +16,8 @@ export interface PreparedChat {
   headers: Record<string, string>;
   /** Billing cycle of the token quota, read in the same round trip as the rate limit. */
   cycleStart: Date;
+  /** The quota reservation taken at admission (released by the usage record). */
+  reservationId: string | null;
 }
 
 /**
@@ -49,7 +52,14 @@ export class ChatService {
     } catch (err) {
       invalid = toAppError(err);
     }
-    const admission = await this.deps.poolMetering.admitKeyRequest(hashApiKey(apiKey), 'chat', !invalid);
+    // The quota reservation: the prompt (~4 characters per token) plus the expected reply.
+    const reserve = input && model ? this.reserveFor(input.messages, model) : 1;
+    const admission = await this.deps.poolMetering.admitKeyRequest(
+      hashApiKey(apiKey),
+      'chat',
+      !invalid,
+      reserve,
+    );
     if (!admission) throw new AppError(401, 'Invalid API key');
     onPrincipal?.(admission.principal);
     if (invalid || !input || !model) throw invalid ?? new AppError(400, INVALID_REQUEST_BODY);
@@ -57,7 +67,51 @@ export class ChatService {
     admission.quota();
     return {
       principal: admission.principal,
-      prepared: { model, messages: input.messages, headers, cycleStart: admission.cycleStart },
+      prepared: {
+        model,
+        messages: input.messages,
+        headers,
+        cycleStart: admission.cycleStart,
+        reservationId: admission.reservationId,
+      },
+    };
+  }
+
+  /** The quota reservation of a request: the prompt (corrected as learned) plus the expected reply. */
+  private reserveFor(messages: LlmMessage[], model: ModelInfo): number {
+    const key = estimatorKey(model.id, CHAT_ENDPOINT);
+    const est = this.deps.poolMetering.estimator;
+    return Math.ceil(estimateTokens(messageChars(messages)) * est.inputFactor(key)) + est.expect(key);
+  }
+
+  /**
+   * The same checks for a caller already authenticated another way (the web console's session,
+   * decision 0025): the body's 400s, then 429, then 403 `Token limit exceeded`, in a few
+   * statements instead of the key path's one.
+   */
+  async prepareForPrincipal(
+    principal: Principal,
+    body: unknown,
+    bodyError?: AppError,
+  ): Promise<{ principal: Principal; prepared: PreparedChat }> {
+    if (bodyError) throw bodyError;
+    const input = parseChatRequest(body);
+    const model = this.deps.models.resolve('chat', input.model);
+    const headers = await this.deps.poolMetering.rateLimit(principal.workspaceId, 'chat');
+    const quota = await this.deps.poolMetering.reserveQuota(
+      principal.workspaceId,
+      this.reserveFor(input.messages, model),
+    );
+    if (quota.quota !== null && !quota.reservationId) throw new AppError(403, TOKEN_LIMIT_EXCEEDED);
+    return {
+      principal,
+      prepared: {
+        model,
+        messages: input.messages,
+        headers,
+        cycleStart: quota.cycleStart,
+        reservationId: quota.reservationId,
+      },
     };
   }
 
@@ -85,6 +139,15 @@ export class ChatService {
             outputTokens: estimateTokens(args.streamedChars),
           }
         : { inputTokens: 0, outputTokens: 0 });
+    const key = estimatorKey(prepared.model.id, CHAT_ENDPOINT);
+    if (args.status === 'success') this.deps.poolMetering.estimator.observe(key, usage.outputTokens);
+    if (args.usage) {
+      this.deps.poolMetering.estimator.observeInput(
+        key,
+        estimateTokens(messageChars(prepared.messages)),
+        args.usage.inputTokens,
+      );
+    }
     const { costMicros, lines } = this.deps.poolMetering.price(
       prepared.model,
       usage.inputTokens,
@@ -104,6 +167,7 @@ export class ChatService {
       componentLines: lines,
       meter: 'tokens',
       cycleStart: prepared.cycleStart,
+      reservationId: prepared.reservationId,
     });
   }
 }

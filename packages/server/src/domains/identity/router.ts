@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { sessionCredential } from '../../auth/authenticate.js';
 import { clearSessionCookie, setSessionCookie } from '../../auth/cookies.js';
+import { signInThrottle } from '../../auth/throttle.js';
 import { publicProcedure, type RequestContext, router, signedInProcedure } from '../../trpc.js';
 import {
   AuthSessionSchema,
@@ -13,7 +14,8 @@ import { type ClientInfo, IdentityService } from './service.js';
 
 const tags = ['Auth'];
 
-const service = (ctx: RequestContext) => new IdentityService(ctx.em, ctx.deps.identity);
+const service = (ctx: RequestContext) =>
+  new IdentityService(ctx.em, ctx.deps.identity, signInThrottle(ctx.deps.db, ctx.deps.identity.signIn));
 
 export const clientInfo = (ctx: RequestContext): ClientInfo => ({
   ip: ctx.req.ip ?? null,

@@ -10,6 +10,7 @@ import {
   type SessionRecord,
 } from '../../auth/sessions.js';
 import type { IdentitySettings } from '../../auth/settings.js';
+import type { SignInThrottle } from '../../auth/throttle.js';
 import { AppError, forbidden, notFound } from '../../http/errors.js';
 import { isUuid } from '../agents/config.js';
 import type { Role } from '../workspaces/entities.js';
@@ -44,6 +45,8 @@ export class IdentityService {
   constructor(
     private readonly em: EntityManager,
     private readonly settings: IdentitySettings,
+    /** Failed sign-in throttling (429); absent for callers that open sessions without a password. */
+    private readonly throttle?: SignInThrottle,
   ) {}
 
   /** The user's workspaces (active ones), the oldest membership first. */
@@ -57,19 +60,26 @@ export class IdentityService {
 
   /**
    * Email and password. Unknown email, a user without a password and a wrong password give the
-   * same 401 after the same argon2 work (`verifyPassword`).
+   * same 401 after the same argon2 work (`verifyPassword`), and count the same against the
+   * account's and the address's failures (429 once either is used up).
    */
   async signInWithPassword(
     input: { email: string; password: string; workspaceId?: string },
     client: ClientInfo,
   ): Promise<SignedInDto> {
+    const email = normalizeEmail(input.email);
+    await this.throttle?.assertAllowed(email, client.ip);
     const rows = await this.em.execute<{ id: string; password_hash: string | null }[]>(
       'select id, password_hash from users where lower(email) = ?',
-      [normalizeEmail(input.email)],
+      [email],
     );
     const user = rows[0];
     const ok = await verifyPassword(user?.password_hash, input.password);
-    if (!user || !ok) throw INVALID_CREDENTIALS();
+    if (!user || !ok) {
+      await this.throttle?.failed(email, client.ip);
+      throw INVALID_CREDENTIALS();
+    }
+    await this.throttle?.succeeded(email);
     return this.openSession(user.id, 'password', client, input.workspaceId);
   }
 

@@ -6,8 +6,13 @@ import {
   ConversationListSchema,
   ConversationRefInput,
   ListConversationsInput,
+  RequestUsageInput,
+  RequestUsageSchema,
+  WorkspaceUsageInput,
+  WorkspaceUsageSchema,
 } from './schema.js';
 import { appIdsOf, InsightsService } from './service.js';
+import { requestUsage, workspaceUsage } from './usage.js';
 
 const BASE = '/workspaces/{workspaceId}/insights/conversations';
 const tags = ['Insights'];
@@ -61,4 +66,38 @@ export const insightsRouter = router({
     .input(ConversationRefInput)
     .output(z.object({ data: ConversationDetailSchema }))
     .query(async ({ ctx, input }) => ({ data: await ctx.insights.get(input.threadId) })),
+
+  usage: insightsProcedure
+    .meta({
+      openapi: {
+        method: 'GET',
+        path: '/workspaces/{workspaceId}/insights/usage',
+        tags,
+        protect: true,
+        summary: 'Workspace usage over time (extension of the spec)',
+        description:
+          "Extension: not in the interface specification. Usage records of the last `days` days (1–90, default 30; UTC days, today included): totals, requests/tokens/cost by day (every day, zeros included), by model and by API key (`apiKeyId` null: calls without a key, from the web console), the 20 most recent failed calls, the credit balance and the token quota of the current billing cycle with its reset. 401 `Unauthorized` when `workspaceId` is not the caller's workspace.",
+      },
+    })
+    .input(WorkspaceUsageInput)
+    .output(WorkspaceUsageSchema)
+    .query(({ ctx, input }) =>
+      workspaceUsage(ctx.em, ctx.deps.metering, ctx.principal.workspaceId, input.days),
+    ),
+
+  requestUsage: insightsProcedure
+    .meta({
+      openapi: {
+        method: 'GET',
+        path: '/workspaces/{workspaceId}/insights/usage/requests/{requestId}',
+        tags,
+        protect: true,
+        summary: 'The usage records of one request (extension of the spec)',
+        description:
+          "Extension: not in the interface specification. The usage records a request wrote, found by the `X-Request-Id` of its response (oldest first): model, tokens, cost, status. A streamed reply's record is written just after the stream ends, so an empty `data` right after it may fill a moment later. 401 `Unauthorized` when `workspaceId` is not the caller's workspace.",
+      },
+    })
+    .input(RequestUsageInput)
+    .output(RequestUsageSchema)
+    .query(({ ctx, input }) => requestUsage(ctx.em, ctx.principal.workspaceId, input.requestId)),
 });

@@ -125,3 +125,82 @@ export const ConversationDetailSchema = z
 
 export type ConversationSummary = z.infer<typeof ConversationSummarySchema>;
 export type ConversationDetail = z.infer<typeof ConversationDetailSchema>;
+
+export const WorkspaceUsageInput = z.object({
+  workspaceId: z.string(),
+  days: z.coerce
+    .number({ error: 'days must be an integer from 1 to 90' })
+    .int('days must be an integer from 1 to 90')
+    .min(1, 'days must be an integer from 1 to 90')
+    .max(90, 'days must be an integer from 1 to 90')
+    .optional(),
+});
+
+const usageTotals = {
+  requests: z.number(),
+  inputTokens: z.number(),
+  outputTokens: z.number(),
+  costUsd: z.number(),
+};
+
+export const WorkspaceUsageSchema = z
+  .object({
+    from: z.string().meta({ description: 'Start of the window (midnight UTC, inclusive)' }),
+    to: z.string().meta({ description: 'End of the window (now)' }),
+    credits: z.object({ balanceUsd: z.number() }),
+    tokenQuota: z.object({
+      quota: z.number().nullable().meta({ description: 'Monthly token quota; null: unlimited' }),
+      used: z.number().meta({ description: 'Tokens used in the current billing cycle' }),
+      cycleStart: z.string(),
+      resetsAt: z.string(),
+    }),
+    totals: z.object({ ...usageTotals, errors: z.number() }),
+    byDay: z.array(z.object({ date: z.string().meta({ description: 'YYYY-MM-DD (UTC)' }), ...usageTotals })),
+    byModel: z.array(z.object({ model: z.string(), ...usageTotals })),
+    byApiKey: z.array(
+      z.object({
+        apiKeyId: z
+          .string()
+          .nullable()
+          .meta({ description: 'null: calls made without a key (web console sessions)' }),
+        name: z.string().nullable(),
+        prefix: z.string().nullable(),
+        ...usageTotals,
+      }),
+    ),
+    recentErrors: z.array(
+      z.object({
+        id: z.string(),
+        createdAt: z.string(),
+        endpoint: z.string(),
+        model: z.string(),
+        status: z.string().meta({ description: 'Provider status of the call (`error`, `aborted`, …)' }),
+        requestId: z.string(),
+        apiKeyId: z.string().nullable(),
+      }),
+    ),
+  })
+  .meta({ id: 'WorkspaceUsage' });
+export type WorkspaceUsage = z.infer<typeof WorkspaceUsageSchema>;
+
+export const RequestUsageInput = z.object({ workspaceId: z.string(), requestId: z.string().max(200) });
+
+export const RequestUsageSchema = z
+  .object({
+    data: z.array(
+      z.object({
+        id: z.string(),
+        createdAt: z.string(),
+        endpoint: z.string(),
+        model: z.string(),
+        inputTokens: z.number(),
+        outputTokens: z.number(),
+        costUsd: z.number(),
+        status: z.string(),
+        latencyMs: z.number(),
+        apiKeyId: z.string().nullable(),
+      }),
+    ),
+  })
+  .meta({ id: 'RequestUsage' });
+export type RequestUsage = z.infer<typeof RequestUsageSchema>;

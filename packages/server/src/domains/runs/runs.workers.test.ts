@@ -208,6 +208,35 @@ describe('worker processes', { timeout: 240_000 }, () => {
       const res = await api.api(`/managed-agents/agents/${agentId}/runs/${exhausted}`, { key: ws.apiKey });
       const body = (await res.json()) as { run: { status: string; error: string } };
       expect(body.run).toMatchObject({ status: 'failed', error: WORKER_LOST_ERROR });
+
+      // The killed worker's credit holds (one per model call in flight) are settled by the
+      // sweep once their lease expires: the unused part refunded under the request's ref,
+      // a usage record `aborted` for what was sent; the ledger nets to the recorded usage.
+      await waitFor(
+        async () =>
+          (await em().execute('select 1 from credit_holds where workspace_id = ?', [ws.workspaceId]))
+            .length === 0,
+        'the dead holds settled',
+      );
+      for (const runId of [recoverable, exhausted]) {
+        const lost = await em().execute<{ request_id: string; input_tokens: string }[]>(
+          `select request_id, input_tokens from usage_records where run_id = ? and provider_status = 'aborted'`,
+          [runId],
+        );
+        expect(lost).toHaveLength(1);
+        expect(Number(lost[0]?.input_tokens)).toBeGreaterThan(0);
+        const refunds = await em().execute(
+          `select 1 from credit_ledger where workspace_id = ? and kind = 'refund' and ref = ?`,
+          [ws.workspaceId, lost[0]?.request_id],
+        );
+        expect(refunds.length).toBeGreaterThanOrEqual(1);
+      }
+      const [net] = await em().execute<{ ledger: string; usage: string }[]>(
+        `select (select -coalesce(sum(amount_micros), 0) from credit_ledger where workspace_id = ? and kind <> 'grant') as ledger,
+                (select coalesce(sum(cost_micros), 0) from usage_records where workspace_id = ?) as usage`,
+        [ws.workspaceId, ws.workspaceId],
+      );
+      expect(Number(net?.ledger)).toBe(Number(net?.usage));
     } finally {
       await worker.close();
     }

@@ -1,0 +1,328 @@
+/**
+ * `pnpm --filter @ai-suite/bench-streaming bench` (embedded database), or with
+ * `DATABASE_URL=postgres://…/anydb` (a fresh database is created beside it and dropped after).
+ *
+ * Four streaming paths against the same paced fake upstream (20 tokens over ~120 ms), each at
+ * concurrency 1 and 50: the upstream called directly, `POST /chat`, the app chat stream
+ * (`POST /apps/{id}/chat/message/stream`) and an agent assist turn
+ * (`POST /managed-agents/sessions/{id}/messages`, one session per concurrent client). Reports
+ * time to first text and total time (p50/p99), requests/s, server CPU and database CPU per
+ * request (the backends' /proc times on the server database; on PGlite the database runs in
+ * the server process, inside its CPU) and database transactions per request
+ * (`pg_stat_database` deltas). Upstream and server run in their own processes.
+ */
+import { type ChildProcess, fork } from 'node:child_process';
+import fs from 'node:fs';
+import http from 'node:http';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import pg from 'pg';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const N1 = Number(process.env.BENCH_REQUESTS_C1 ?? 100);
+const N50 = Number(process.env.BENCH_REQUESTS_C50 ?? 1000);
+const WARMUP_C50 = Number(process.env.BENCH_WARMUP_C50 ?? 500);
+/** pg_stat_database is flushed by each backend at most every second, idle ones within 10 s. */
+const STATS_SETTLE_MS = Number(process.env.BENCH_STATS_SETTLE_MS ?? 11_000);
+const ONLY = process.env.BENCH_PATHS?.split(',');
+
+function start(script: string, env: Record<string, string | undefined>) {
+  const child = fork(path.join(here, script), [], {
+    env: { ...process.env, ...env },
+    execArgv: ['--import', 'tsx'],
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
+  return new Promise<{ child: ChildProcess; url: string }>((resolve, reject) => {
+    child.once('error', reject);
+    child.once('exit', (code) => reject(new Error(`${script} exited with ${code}`)));
+    child.on('message', (m: { type: string; url?: string }) => {
+      if (m.type === 'ready') resolve({ child, url: m.url as string });
+    });
+  });
+}
+
+function ask<T extends { type: string }>(child: ChildProcess, type: string): Promise<T> {
+  return new Promise((resolve) => {
+    const on = (m: T) => {
+      if (m.type !== type) return;
+      child.off('message', on);
+      resolve(m);
+    };
+    child.on('message', on);
+    child.send({ type });
+  });
+}
+
+/** utime + stime of these processes, in ms (0 for a process that is gone). */
+function procCpuMs(pids: number[]): number {
+  const tick = 100; // USER_HZ on Linux
+  let sum = 0;
+  for (const pid of pids) {
+    try {
+      const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      sum += ((Number(f[11]) + Number(f[12])) * 1000) / tick;
+    } catch {
+      /* gone */
+    }
+  }
+  return sum;
+}
+
+interface Target {
+  name: string;
+  /** Built per request: `i` is the concurrent client's index (its own agent session). */
+  request: (client: number) => { url: URL; headers: Record<string, string>; body: string };
+  /** The first chunk carrying text (an SSE event with content). */
+  firstText: RegExp;
+}
+
+const agent = new http.Agent({ keepAlive: true, maxSockets: 256 });
+
+function once(t: Target, client: number): Promise<{ ttfb: number; total: number }> {
+  const { url, headers, body } = t.request(client);
+  return new Promise((resolve, reject) => {
+    const t0 = process.hrtime.bigint();
+    let ttfb = -1;
+    let seen = '';
+    const req = http.request(
+      url,
+      { method: 'POST', agent, headers: { ...headers, 'content-length': Buffer.byteLength(body) } },
+      (res) => {
+        if (res.statusCode !== 200) {
+          let text = '';
+          res.on('data', (c) => {
+            text += c;
+          });
+          res.on('end', () => reject(new Error(`${t.name}: HTTP ${res.statusCode} ${text}`)));
+          return;
+        }
+        res.on('data', (chunk: Buffer) => {
+          if (ttfb >= 0) return;
+          seen = (seen + chunk.toString('latin1')).slice(-4096);
+          if (t.firstText.test(seen)) ttfb = Number(process.hrtime.bigint() - t0) / 1e6;
+        });
+        res.on('end', () => {
+          if (ttfb < 0) reject(new Error(`${t.name}: no text in the stream`));
+          else resolve({ ttfb, total: Number(process.hrtime.bigint() - t0) / 1e6 });
+        });
+        res.on('error', reject);
+      },
+    );
+    req.on('error', reject);
+    req.end(body);
+  });
+}
+
+const pct = (xs: number[], p: number) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))] as number;
+};
+
+async function load(t: Target, total: number, concurrency: number) {
+  const ttfb: number[] = [];
+  const times: number[] = [];
+  let next = 0;
+  const t0 = process.hrtime.bigint();
+  await Promise.all(
+    Array.from({ length: concurrency }, async (_, client) => {
+      while (next < total) {
+        next++;
+        const r = await once(t, client);
+        ttfb.push(r.ttfb);
+        times.push(r.total);
+      }
+    }),
+  );
+  const seconds = Number(process.hrtime.bigint() - t0) / 1e9;
+  return {
+    rps: total / seconds,
+    ttfbP50: pct(ttfb, 50),
+    ttfbP99: pct(ttfb, 99),
+    totalP50: pct(times, 50),
+    totalP99: pct(times, 99),
+  };
+}
+
+async function json(url: string, key: string, body: unknown): Promise<any> {
+  const res = await fetch(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` },
+    body: JSON.stringify(body),
+  });
+  if (!res.ok) throw new Error(`${url}: ${res.status} ${await res.text()}`);
+  return res.json();
+}
+
+const fmt = (n: number, d = 1) => (Number.isFinite(n) ? n.toFixed(d) : 'n/a');
+
+async function main() {
+  const serverDb = process.env.DATABASE_URL;
+  let dbUrl: string | undefined;
+  let dropDb: (() => Promise<void>) | undefined;
+  if (serverDb) {
+    const name = `bench_streaming_${Date.now()}`;
+    const admin = new pg.Client({ connectionString: serverDb });
+    await admin.connect();
+    await admin.query(`create database ${name}`);
+    await admin.end();
+    const u = new URL(serverDb);
+    u.pathname = `/${name}`;
+    dbUrl = u.toString();
+    dropDb = async () => {
+      const c = new pg.Client({ connectionString: serverDb });
+      await c.connect();
+      await c.query(`drop database if exists ${name} with (force)`);
+      await c.end();
+    };
+  }
+  const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'bench-streaming-'));
+  const apiKey = `svc_ai_${'bench'.repeat(13)}0000`.slice(0, 71);
+  // The same paced fake upstream as bench/chat-overhead, 20 × 6 ms (about 120 ms per reply)
+  // unless BENCH_PACE_MS says otherwise.
+  const upstream = await start('../../chat-overhead/src/upstream.ts', {
+    BENCH_PACE_MS: process.env.BENCH_PACE_MS ?? '6',
+  });
+  const server = await start('server.ts', {
+    LOG_LEVEL: 'silent',
+    DATA_DIR: dataDir,
+    DATABASE_URL: dbUrl,
+    OPENAI_BASE_URL: upstream.url,
+    OPENAI_API_KEY: 'bench',
+    CHAT_MODEL: 'fake-chat',
+    INIT_WORKSPACE_NAME: 'bench',
+    INIT_API_KEY: apiKey,
+    INIT_CREDITS_USD: '1000000',
+    RATE_LIMIT_CHAT: '100000000',
+    RATE_LIMIT_APP_CHAT: '100000000',
+    RATE_LIMIT_AGENT_MESSAGE: '100000000',
+    RATE_LIMIT_SESSION_CREATE: '100000000',
+    LLM_MAX_RETRIES: '0',
+  });
+  if (!dbUrl) delete process.env.DATABASE_URL;
+  try {
+    const api = `${server.url}/api/v1`;
+    const created = await json(`${api}/managed-agents/agents`, apiKey, { name: 'bench agent' });
+    const agentId = created.agent.id as string;
+    const sessions: string[] = [];
+    for (let i = 0; i < 50; i++) {
+      const s = await json(`${api}/managed-agents/agents/${agentId}/sessions`, apiKey, {});
+      sessions.push(s.session.id);
+    }
+    const app = await json(`${api}/apps`, apiKey, { name: 'bench app' });
+    const appId = app.app.id as string;
+    const messages = [{ role: 'user', content: 'Write twenty tokens.' }];
+    const auth = { 'content-type': 'application/json', authorization: `Bearer ${apiKey}` };
+    const all: Target[] = [
+      {
+        name: 'direct',
+        request: () => ({
+          url: new URL(`${upstream.url}/chat/completions`),
+          headers: { 'content-type': 'application/json', authorization: 'Bearer bench' },
+          body: JSON.stringify({ model: 'fake-chat', messages, stream: true }),
+        }),
+        firstText: /"content":"[^"]/,
+      },
+      {
+        name: '/chat',
+        request: () => ({
+          url: new URL(`${api}/chat`),
+          headers: auth,
+          body: JSON.stringify({ messages }),
+        }),
+        firstText: /tok/,
+      },
+      {
+        name: 'app chat stream',
+        request: () => ({
+          url: new URL(`${api}/apps/${appId}/chat/message/stream`),
+          headers: auth,
+          body: JSON.stringify({ message: 'Write twenty tokens.', role: 'student' }),
+        }),
+        firstText: /"type":"token"/,
+      },
+      {
+        name: 'agent assist turn',
+        request: (client) => ({
+          url: new URL(`${api}/managed-agents/sessions/${sessions[client]}/messages`),
+          headers: auth,
+          body: JSON.stringify({ message: 'Write twenty tokens.' }),
+        }),
+        firstText: /event: message\.delta/,
+      },
+    ];
+    const targets = all.filter((t) => !ONLY || ONLY.includes(t.name));
+
+    for (const t of targets) {
+      await load(t, 20, 1);
+      await load(t, WARMUP_C50, 50);
+    }
+    const results: Record<string, unknown>[] = [];
+    for (const t of targets) {
+      for (const [c, n] of [
+        [1, N1],
+        [50, N50],
+      ] as const) {
+        if (serverDb) await new Promise((r) => setTimeout(r, STATS_SETTLE_MS));
+        const db0 = await ask<{ type: string; xacts: number; pids: number[] }>(server.child, 'db');
+        const dbCpu0 = procCpuMs(db0.pids);
+        const s0 = await ask<{ type: string; cpuMicros: number }>(server.child, 'stats');
+        const w0 = Date.now();
+        const r = await load(t, n, c);
+        const seconds = (Date.now() - w0) / 1000;
+        const s1 = await ask<{ type: string; cpuMicros: number }>(server.child, 'stats');
+        if (serverDb) await new Promise((r) => setTimeout(r, STATS_SETTLE_MS));
+        const db1 = await ask<{ type: string; xacts: number; pids: number[] }>(server.child, 'db');
+        // A backend opened during the load had no CPU time before it.
+        const dbCpu1 = procCpuMs([...new Set([...db0.pids, ...db1.pids])]);
+        results.push({
+          path: t.name,
+          concurrency: c,
+          requests: n,
+          ...r,
+          serverCpuMs: t.name === 'direct' ? 0 : (s1.cpuMicros - s0.cpuMicros) / 1000 / n,
+          dbCpuMs: serverDb ? (dbCpu1 - dbCpu0) / n : Number.NaN,
+          seconds,
+          // Minus the statement that read the counter the first time.
+          xacts: db1.xacts - db0.xacts - 1,
+          dbXactsPerRequest: 0,
+        });
+      }
+    }
+    // Idle work of the server (run workers' and the webhook poller's polls, ~1 per second
+    // each) measured while only the direct path ran, subtracted from every path.
+    for (const r of results as any[]) {
+      const d = results.find((x) => x.path === 'direct' && x.concurrency === r.concurrency) as any;
+      const idlePerSecond = d ? d.xacts / d.seconds : 0;
+      r.dbXactsPerRequest = Math.max(0, r.xacts - idlePerSecond * r.seconds) / r.requests;
+    }
+    const direct = (c: number) => results.find((r) => r.path === 'direct' && r.concurrency === c) as any;
+    console.log(
+      `\n${os.cpus().length} × ${os.cpus()[0]?.model ?? 'cpu'}, Node ${process.version}; database: ${serverDb ? 'PostgreSQL server' : 'embedded (PGlite)'}; load average ${os
+        .loadavg()
+        .map((l) => l.toFixed(1))
+        .join(' ')}`,
+    );
+    console.log(
+      '\n| path | c | first text p50 / p99 ms | added p50 / p99 ms | total p50 / p99 ms | req/s | × direct | server CPU ms/req | DB CPU ms/req | DB xacts/req |',
+    );
+    console.log('|---|---|---|---|---|---|---|---|---|---|');
+    for (const r of results as any[]) {
+      const d = direct(r.concurrency);
+      console.log(
+        `| ${r.path} | ${r.concurrency} | ${fmt(r.ttfbP50)} / ${fmt(r.ttfbP99)} | ${fmt(r.ttfbP50 - (d?.ttfbP50 ?? 0))} / ${fmt(r.ttfbP99 - (d?.ttfbP99 ?? 0))} | ${fmt(r.totalP50)} / ${fmt(r.totalP99)} | ${fmt(r.rps, 0)} | ${d ? fmt(r.rps / d.rps, 2) : 'n/a'} | ${fmt(r.serverCpuMs, 2)} | ${fmt(r.dbCpuMs, 2)} | ${fmt(r.dbXactsPerRequest, 1)} |`,
+      );
+    }
+    if (process.env.BENCH_JSON) fs.writeFileSync(process.env.BENCH_JSON, JSON.stringify(results, null, 2));
+  } finally {
+    agent.destroy();
+    server.child.disconnect();
+    upstream.child.disconnect();
+    await new Promise((r) => server.child.once('exit', r));
+    fs.rmSync(dataDir, { recursive: true, force: true });
+    await dropDb?.();
+  }
+}
+
+await main();

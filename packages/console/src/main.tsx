@@ -1,0 +1,16 @@
+import { StrictMode } from 'react';
+import { createRoot } from 'react-dom/client';
+import { App } from './App';
+import { SessionProvider } from './session';
+import './styles.css';
+
+const root = document.getElementById('root');
+if (root) {
+  createRoot(root).render(
+    <StrictMode>
+      <SessionProvider>
+        <App />
+      </SessionProvider>
+    </StrictMode>,
+  );
+}

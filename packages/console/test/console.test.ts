@@ -1,0 +1,375 @@
+import {
+  createTestSession,
+  createTestWorkspace,
+  type FakeOpenAI,
+  startTestServerWithFakeModel,
+  type TestServer,
+  type TestSession,
+  type TestWorkspace,
+} from '@ai-suite/server/test-harness';
+import type { Browser } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { expectAccessible, launch, openConsole, screenshots, signIn } from './browser.js';
+
+/**
+ * The console end to end: the real server (embedded or DATABASE_URL database, fake model)
+ * serving the built console, driven in Chromium. One server and one browser for the file.
+ */
+let ts: TestServer & { fake: FakeOpenAI };
+let ws: TestWorkspace;
+let owner: TestSession;
+let browser: Browser;
+
+beforeAll(async () => {
+  // The agent's web_fetch may reach this loopback server (its own /healthz).
+  ts = await startTestServerWithFakeModel({ env: { OUTBOUND_ALLOWLIST: '127.0.0.1' } });
+  ws = await createTestWorkspace(ts, { name: 'Acme', creditsUsd: '5', monthlyTokenQuota: 1_000_000 });
+  owner = await createTestSession(ts, ws, { role: 'owner', email: 'ada@example.com' });
+  browser = await launch();
+});
+
+afterAll(async () => {
+  await browser?.close();
+  await ts?.close();
+});
+
+describe('serving the console', () => {
+  it('serves index.html at / and any console path, with a CSP without inline script', async () => {
+    for (const path of ['/', '/agents/some-id']) {
+      const res = await fetch(`${ts.url}${path}`);
+      expect(res.status, path).toBe(200);
+      expect(res.headers.get('content-type')).toMatch(/^text\/html/);
+      expect(res.headers.get('cache-control')).toBe('no-cache');
+      const csp = res.headers.get('content-security-policy') ?? '';
+      expect(csp).toMatch(/script-src 'self'(;|$)/);
+      expect(csp).not.toMatch(/unsafe-inline|unsafe-eval|https?:/);
+      expect(csp).toMatch(/frame-ancestors 'none'/);
+      const html = await res.text();
+      expect(html).toMatch(/<script type="module" crossorigin src="\/assets\/index-[\w-]+\.js"><\/script>/);
+      // Nothing inline, nothing from another host.
+      expect(html).not.toMatch(/<script(?![^>]*\bsrc=)[^>]*>/);
+      expect(html).not.toMatch(/(src|href)="(https?:)?\/\//);
+    }
+  });
+
+  it('caches hashed assets for a year; a missing asset or API version is a 404, not the app', async () => {
+    const html = await (await fetch(ts.url)).text();
+    const asset = /src="(\/assets\/[^"]+\.js)"/.exec(html)?.[1];
+    const res = await fetch(`${ts.url}${asset}`);
+    expect(res.status).toBe(200);
+    expect(res.headers.get('cache-control')).toBe('public, max-age=31536000, immutable');
+    expect(res.headers.get('content-type')).toMatch(/javascript/);
+    for (const path of ['/assets/index-missing.js', '/api/v2/chat', '/console-api/v2/chat', '/nothing.png']) {
+      const r = await fetch(`${ts.url}${path}`);
+      expect(r.status, path).toBe(404);
+      expect(await r.json()).toEqual({ error: 'Not found', code: 'NOT_FOUND' });
+    }
+  });
+});
+
+describe('signing in', () => {
+  it('refuses a wrong password, signs in, shows the workspace, signs out', async () => {
+    const { page, context, problems } = await openConsole(browser, ts.url);
+    try {
+      await page.goto('/');
+      await page.getByRole('heading', { name: 'Sign in to AI Suite' }).waitFor();
+      await expectAccessible(page, 'sign-in');
+      await screenshots(page, 'sign-in');
+      await page.getByLabel('Email').fill(owner.email);
+      await page.getByLabel('Password').fill('wrong password');
+      await page.getByRole('button', { name: 'Sign in' }).click();
+      await expect.poll(() => page.getByRole('alert').textContent()).toBe('Invalid email or password');
+
+      await signIn(page, owner.email, owner.password);
+      await expect.poll(() => page.getByTestId('workspace-name').textContent()).toBe('Acme');
+      await expect.poll(() => page.getByTestId('role').textContent()).toBe('owner');
+      const cookies = await context.cookies();
+      expect(cookies.find((c) => c.name === 'aisuite_session')?.httpOnly).toBe(true);
+      await expectAccessible(page, 'overview');
+
+      // Keyboard: the skip link comes first and lands on the content.
+      await page.keyboard.press('Tab');
+      expect(await page.evaluate(() => document.activeElement?.textContent)).toBe('Skip to content');
+
+      await page.getByRole('button', { name: 'Sign out' }).click();
+      await page.getByRole('heading', { name: 'Sign in to AI Suite' }).waitFor();
+      expect((await context.cookies()).find((c) => c.name === 'aisuite_session')).toBeUndefined();
+      expect(problems).toEqual([]);
+    } finally {
+      await context.close();
+    }
+  });
+});
+
+describe('an owner at work', () => {
+  it('sees the overview, creates a key shown once, streams a playground reply with its cost', async () => {
+    const { page, context, problems } = await openConsole(browser, ts.url);
+    try {
+      await signIn(page, owner.email, owner.password);
+      await expect.poll(() => page.getByTestId('balance').textContent()).toBe('$5.0000');
+      await expect.poll(() => page.getByTestId('quota').textContent()).toMatch(/^\d[\d,]* \/ 1,000,000$/);
+      await expectAccessible(page, 'overview');
+
+      // API keys: the new key is shown once, with a copy button; the list shows only its prefix.
+      await page.getByRole('link', { name: 'API keys' }).click();
+      await page.getByRole('heading', { name: 'API keys', level: 1 }).waitFor();
+      await page.getByLabel('Name of the new key').fill('backend');
+      await page.getByRole('button', { name: 'Create key' }).click();
+      const key = (await page.getByTestId('new-key-value').textContent()) ?? '';
+      expect(key).toMatch(/^svc_ai_[A-Za-z0-9]{64}$/);
+      await expect.poll(() => page.getByRole('button', { name: 'Copy key' }).isVisible()).toBe(true);
+      const row = page.getByTestId('key-row').filter({ hasText: 'backend' });
+      await expect.poll(() => row.locator('code').textContent()).toBe(`${key.slice(0, 11)}…`);
+      await expectAccessible(page, 'API keys');
+      await screenshots(page, 'api-keys');
+      // The key works on /api/v1, and is never shown again.
+      expect((await ts.api('/me', { key })).status).toBe(200);
+      await page.reload();
+      await page.getByTestId('key-row').first().waitFor();
+      expect(await page.content()).not.toContain(key);
+
+      // Playground: a streamed reply, then its tokens and cost.
+      ts.fake.script({
+        text: 'Hello from the playground!',
+        chunkSize: 5,
+        usage: { prompt_tokens: 12, completion_tokens: 6 },
+      });
+      await page.getByRole('link', { name: 'Playground' }).click();
+      await page.getByLabel('Model').selectOption('fake-chat');
+      await page.getByLabel('Message').fill('Say hello');
+      await page.getByLabel('Message').press('Enter');
+      await expect
+        .poll(() => page.getByTestId('turn-assistant').locator('.text').textContent())
+        .toBe('Hello from the playground!');
+      await expect
+        .poll(() => page.getByTestId('reply-usage').textContent(), { timeout: 10_000 })
+        .toBe('12 in · 6 out · $0.000024 · fake-chat');
+      expect(ts.fake.requests.at(-1)?.body).toMatchObject({ model: 'fake-chat' });
+      await expectAccessible(page, 'playground');
+      await screenshots(page, 'playground');
+
+      // The overview counts the reply, under "console (no key)".
+      await page.getByRole('link', { name: 'Overview' }).click();
+      await expect.poll(() => page.getByTestId('total-requests').textContent()).toBe('1');
+      await expect.poll(() => page.getByRole('table', { name: 'Usage by API key' }).textContent()).toContain(
+        'console (no key)',
+      );
+      await screenshots(page, 'overview');
+      expect(problems).toEqual([]);
+    } finally {
+      await context.close();
+    }
+  });
+});
+
+describe('agents', () => {
+  it('creates an agent, changes its config with the merge shown, runs a turn in which the model calls a tool', async () => {
+    const { page, context, problems } = await openConsole(browser, ts.url);
+    try {
+      await signIn(page, owner.email, owner.password);
+      await page.getByRole('link', { name: 'Agents' }).click();
+      await page.getByLabel('Agent name').fill('Fetcher');
+      await page.getByRole('button', { name: 'Create agent' }).click();
+      await page.getByRole('heading', { name: 'Agent: Fetcher' }).waitFor();
+      await expect
+        .poll(() => page.getByTestId('config-defaults').textContent())
+        .toContain('"web_fetch": false');
+      await expect.poll(() => page.getByTestId('config-overrides').textContent()).toBe(
+        'Differs from the defaults at: nothing',
+      );
+
+      await page.getByLabel('Config change (JSON)').fill('{"capabilities": {"tools": {"web_fetch": true}}}');
+      await expect.poll(() => page.getByTestId('config-changes').textContent()).toBe(
+        'This changes: capabilities.tools.web_fetch',
+      );
+      await page.getByRole('button', { name: 'Save config' }).click();
+      await expect
+        .poll(() => page.getByTestId('config-overrides').textContent())
+        .toBe('Differs from the defaults at: capabilities.tools.web_fetch');
+      await expectAccessible(page, 'agent detail');
+      await screenshots(page, 'agent');
+
+      await page.getByRole('button', { name: 'New session' }).click();
+      await page.getByRole('heading', { name: 'Agent session' }).waitFor();
+      ts.fake.script(
+        {
+          toolCalls: [
+            { id: 'call_1', name: 'web_fetch', arguments: JSON.stringify({ url: `${ts.url}/healthz` }) },
+          ],
+        },
+        { text: 'The service says it is ok.' },
+      );
+      await page.getByLabel('Message to the agent').fill('Is the service up?');
+      await page.getByRole('button', { name: 'Send' }).click();
+      await page
+        .getByTestId('timeline-assistant')
+        .filter({ hasText: 'The service says it is ok.' })
+        .waitFor();
+      const tool = await page.getByTestId('timeline-tool').textContent();
+      expect(tool).toContain('web_fetch');
+      expect(tool).toContain('/healthz');
+      expect(tool).toContain('ok');
+      await expect.poll(() => page.getByTestId('timeline-run').first().textContent()).toContain('completed');
+      await expectAccessible(page, 'agent session');
+      await screenshots(page, 'agent-session');
+      expect(problems).toEqual([]);
+    } finally {
+      await context.close();
+    }
+  });
+});
+
+const PNG_1X1 = Buffer.from(
+  'iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==',
+  'base64',
+);
+
+describe('storage and insights', () => {
+  it('uploads a text file and an image and previews both; opens a conversation in insights', async () => {
+    const { page, context, problems } = await openConsole(browser, ts.url);
+    try {
+      await signIn(page, owner.email, owner.password);
+      await page.getByRole('link', { name: 'Storage' }).click();
+      await page.getByLabel('New folder').fill('docs');
+      await page.getByRole('button', { name: 'Create folder' }).click();
+      await page.getByRole('link', { name: '📁 docs' }).click();
+      await expect.poll(() => page.url()).toContain('path=%2Fdocs');
+      await page.getByLabel('Upload files here').setInputFiles([
+        {
+          name: 'notes.md',
+          mimeType: 'text/markdown',
+          buffer: Buffer.from('# Notes\nThe console uploads files.\n'),
+        },
+        { name: 'dot.png', mimeType: 'image/png', buffer: PNG_1X1 },
+      ]);
+      await page.getByText('Uploaded 2 file(s).').waitFor();
+      await page.getByRole('button', { name: 'notes.md' }).click();
+      await expect
+        .poll(() => page.getByTestId('preview-text').textContent())
+        .toBe('# Notes\nThe console uploads files.\n');
+      await expect.poll(() => page.getByTestId('index-status').textContent()).toBe('none');
+      await page.getByRole('button', { name: 'dot.png' }).click();
+      const img = page.getByTestId('preview-image');
+      await img.waitFor();
+      expect(await img.evaluate((el) => (el as HTMLImageElement).naturalWidth)).toBe(1);
+      expect(await img.getAttribute('src')).toMatch(/^blob:/);
+      await expectAccessible(page, 'storage');
+      await screenshots(page, 'storage');
+
+      // A conversation made through an app with the API key, read in insights.
+      const app = await ts.api('/apps', { method: 'POST', key: ws.apiKey, json: { name: 'Help desk' } });
+      const appId = ((await app.json()) as { app: { id: string } }).app.id;
+      ts.fake.script({ text: 'Our opening hours are 9 to 5.' });
+      const sent = await ts.api(`/apps/${appId}/chat/message`, {
+        method: 'POST',
+        key: ws.apiKey,
+        json: { message: 'When are you open?', role: 'customer' },
+      });
+      expect(sent.status).toBe(200);
+      await page.getByRole('link', { name: 'Insights' }).click();
+      await page.getByRole('cell', { name: 'Help desk' }).waitFor();
+      await page.getByRole('table', { name: 'Conversations' }).getByRole('link').first().click();
+      await page
+        .getByTestId('message-assistant')
+        .filter({ hasText: 'Our opening hours are 9 to 5.' })
+        .waitFor();
+      await expect.poll(() => page.getByTestId('message-user').first().textContent()).toContain('When are you open?');
+      await expectAccessible(page, 'insights conversation');
+      await screenshots(page, 'insights');
+      expect(problems).toEqual([]);
+    } finally {
+      await context.close();
+    }
+  });
+});
+
+describe('members', () => {
+  it('invites a member, who joins through the link and sees the restricted view', async () => {
+    const owners = await openConsole(browser, ts.url);
+    let url: string;
+    try {
+      await signIn(owners.page, owner.email, owner.password);
+      await owners.page.getByRole('link', { name: 'Members' }).click();
+      await owners.page.getByLabel('Email to invite').fill('grace@example.com');
+      await owners.page.getByRole('button', { name: 'Invite' }).click();
+      url = (await owners.page.getByTestId('invite-url').textContent()) ?? '';
+      expect(url).toMatch(/\/invitations\/accept#token=svc_iv_/);
+      await expectAccessible(owners.page, 'members');
+      await screenshots(owners.page, 'members');
+      expect(owners.problems).toEqual([]);
+    } finally {
+      await owners.context.close();
+    }
+
+    const { page, context, problems } = await openConsole(browser, ts.url);
+    try {
+      await page.goto(url.replace(/^https?:\/\/[^/]+/, ''));
+      await page.getByText('grace@example.com is invited to Acme as member.').waitFor();
+      await expectAccessible(page, 'accept invitation');
+      await page.getByLabel('Your name').fill('Grace');
+      await page.getByLabel('Choose a password').fill('a long enough password');
+      await page.getByRole('button', { name: 'Join Acme' }).click();
+      await page.getByRole('navigation', { name: 'Console' }).waitFor();
+      await expect.poll(() => page.getByTestId('role').textContent()).toBe('member');
+      // Members do not manage keys: the page says why.
+      const nav = page.getByRole('navigation', { name: 'Console' });
+      await expect.poll(() => nav.getByRole('link', { name: 'API keys' }).count()).toBe(1);
+      await nav.getByRole('link', { name: 'API keys' }).click();
+      await page.getByTestId('restricted').waitFor();
+      await nav.getByRole('link', { name: 'Members' }).click();
+      await page.getByTestId('restricted').waitFor();
+      await expect.poll(() => page.getByTestId('member-row').count()).toBe(2);
+      await expect.poll(() => page.getByRole('button', { name: /Remove/ }).count()).toBe(0);
+      await expect.poll(() => page.getByRole('button', { name: 'Invite' }).count()).toBe(0);
+      await expectAccessible(page, 'members (member)');
+      await screenshots(page, 'members-restricted');
+      // The server refuses what the page does not offer.
+      const cookie = (await context.cookies()).find((c) => c.name === 'aisuite_session');
+      const refused = await fetch(`${ts.url}/console-api/v1/workspaces/${ws.workspaceId}/api-keys`, {
+        headers: { cookie: `aisuite_session=${cookie?.value}` },
+      });
+      expect(refused.status).toBe(403);
+      expect(problems).toEqual([]);
+    } finally {
+      await context.close();
+    }
+  });
+});
+
+describe('apps', () => {
+  it('creates an app, reads its memory, issues a widget token with its embed snippet', async () => {
+    const { page, context, problems } = await openConsole(browser, ts.url);
+    try {
+      await signIn(page, owner.email, owner.password);
+      await page.getByRole('link', { name: 'Apps' }).click();
+      await page.getByLabel('App name').fill('Shop helper');
+      await page.getByRole('button', { name: 'Create app' }).click();
+      await page.getByRole('heading', { name: 'App: Shop helper' }).waitFor();
+      const appId = page.url().split('/').at(-1) ?? '';
+      ts.fake.script({ text: 'We ship worldwide.' });
+      const sent = await ts.api(`/apps/${appId}/chat/message`, {
+        method: 'POST',
+        key: ws.apiKey,
+        json: { message: 'Do you ship abroad?', role: 'visitor' },
+      });
+      expect(sent.status).toBe(200);
+      await page.reload();
+      await page.getByRole('heading', { name: 'Memory' }).waitFor();
+      await page.getByRole('region', { name: 'Memory' }).getByRole('button').first().click();
+      await page.getByText('We ship worldwide.').waitFor();
+
+      await page.getByLabel('Allowed origins').fill('https://shop.example');
+      await page.getByLabel('Request cap').fill('50');
+      await page.getByRole('button', { name: 'Create widget token' }).click();
+      const token = (await page.getByTestId('widget-token').textContent()) ?? '';
+      expect(token).toMatch(/^svc_wt_/);
+      await expect.poll(() => page.getByTestId('embed-snippet').textContent()).toContain(`widgetToken: '${token}'`);
+      await expect.poll(() => page.getByText('https://shop.example · 0/50 requests').count()).toBe(1);
+      await expectAccessible(page, 'app');
+      await screenshots(page, 'app');
+      expect(problems).toEqual([]);
+    } finally {
+      await context.close();
+    }
+  });
+});

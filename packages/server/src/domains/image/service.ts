@@ -1,0 +1,273 @@
+import type { EntityManager } from '@mikro-orm/postgresql';
+import type { Principal } from '../../auth/principal.js';
+import type { ServerDeps } from '../../context.js';
+import { AppError, badRequest, notFound } from '../../http/errors.js';
+import {
+  ImageAbortedError,
+  type ImageProvider,
+  ImageProviderError,
+  ImageQuotaError,
+  OpenAIImageProvider,
+  ReplicateImageProvider,
+} from '../../providers/image.js';
+import type { ModelInfo } from '../../providers/llm.js';
+import { INVALID_MODEL, NO_MODEL_CONFIGURED } from '../../providers/models.js';
+import { isUuid, StorageService } from '../storage/service.js';
+import { enhanceUltrasound, toPng } from './enhance.js';
+import type { ImageRequest, ImageResponse } from './schema.js';
+import type { ImageSettings } from './settings.js';
+import { checkImage, decodeBase64Image, fetchImageUrl, type ImageMime } from './source.js';
+
+export const IMAGE_ENDPOINT = '/image';
+export const PROMPT_REQUIRED = 'Prompt is required';
+export const MISSING_IMAGE_INPUT = 'An edit needs one of image, image_url or raw_image_id';
+export const ONE_SOURCE_ONLY = 'Give only one of image, image_url or raw_image_id';
+export const ALT_PROVIDER_NEEDS_PROFILE = 'The openai provider is allowed only with profile "ultrasound"';
+
+/** What the `ultrasound` profile supplies when the caller does not. */
+export const ULTRASOUND_PROFILE = {
+  prompt:
+    'Enhance this ultrasound image: reduce speckle noise, improve local contrast and keep every anatomical structure and measurement unchanged.',
+  operation: 'edit' as const,
+};
+
+type ProviderType = 'replicate' | 'openai';
+
+/** One client per configured provider, made on first use. */
+export class ImageProviders {
+  private readonly cache = new Map<string, ImageProvider>();
+  constructor(
+    private readonly deps: Pick<ServerDeps, 'models'>,
+    private readonly settings: ImageSettings,
+  ) {}
+
+  typeOf(model: ModelInfo): ProviderType {
+    const t = this.deps.models.provider(model.provider)?.type;
+    if (t === 'replicate' || t === 'openai') return t;
+    throw new AppError(503, 'Model configuration error', 'MODEL_CONFIGURATION_ERROR');
+  }
+
+  get(model: ModelInfo): ImageProvider {
+    let p = this.cache.get(model.provider);
+    if (!p) {
+      const cfg = this.deps.models.provider(model.provider) ?? {};
+      const s = {
+        preferWaitSeconds: this.settings.preferWaitSeconds,
+        timeoutMs: this.settings.timeoutMs,
+        pollInitialMs: this.settings.pollInitialMs,
+        pollMaxMs: this.settings.pollMaxMs,
+        maxOutputBytes: this.settings.maxBytes * 4,
+      };
+      p =
+        this.typeOf(model) === 'replicate'
+          ? new ReplicateImageProvider(cfg, s)
+          : new OpenAIImageProvider(cfg, s);
+      this.cache.set(model.provider, p);
+    }
+    return p;
+  }
+}
+
+export class ImageService {
+  constructor(
+    private readonly em: EntityManager,
+    private readonly deps: ServerDeps,
+    private readonly providers: ImageProviders,
+    private readonly settings: ImageSettings,
+    private readonly principal: Principal,
+    private readonly requestId: string,
+  ) {}
+
+  /** Which model serves the request: the caller's, the profile's, or the provider's default. */
+  resolveModel(req: ImageRequest): { model: ModelInfo; provider: ProviderType } {
+    const models = this.deps.models;
+    const wanted = req.provider;
+    let model: ModelInfo | undefined;
+    if (req.model) {
+      model = models.resolve('image', req.model);
+    } else {
+      const profileModel = req.profile === 'ultrasound' ? this.settings.ultrasoundModel : undefined;
+      if (profileModel) {
+        const m = models.list('image').find((x) => x.id === profileModel);
+        if (!m) throw new AppError(503, 'Model configuration error', 'MODEL_CONFIGURATION_ERROR');
+        if (!wanted || this.providers.typeOf(m) === wanted) model = m;
+      }
+      if (!model) {
+        const type = wanted ?? 'replicate';
+        const candidates = models.list('image').filter((m) => this.providers.typeOf(m) === type);
+        const def = models.defaultId('image');
+        model = candidates.find((m) => m.id === def) ?? candidates[0];
+        if (!model) throw new AppError(503, NO_MODEL_CONFIGURED);
+      }
+    }
+    const provider = this.providers.typeOf(model);
+    if (wanted && provider !== wanted) {
+      throw badRequest(INVALID_MODEL, 'INVALID_MODEL', {
+        model: model.id,
+        provider: wanted,
+        validModels: models
+          .list('image')
+          .filter((m) => this.providers.typeOf(m) === wanted)
+          .map((m) => m.id),
+      });
+    }
+    if (provider === 'openai' && req.profile !== 'ultrasound') {
+      throw badRequest(ALT_PROVIDER_NEEDS_PROFILE, 'PROVIDER_NOT_ALLOWED', {
+        provider,
+        profile: req.profile ?? null,
+      });
+    }
+    return { model, provider };
+  }
+
+  async run(req: ImageRequest, signal: AbortSignal): Promise<ImageResponse> {
+    const ws = this.principal.workspaceId;
+    const profile = req.profile;
+    const prompt = req.prompt?.trim() || (profile === 'ultrasound' ? ULTRASOUND_PROFILE.prompt : '');
+    if (!prompt) throw badRequest(PROMPT_REQUIRED);
+
+    const given = (['image', 'image_url', 'raw_image_id'] as const).filter((k) => req[k] !== undefined);
+    if (given.length > 1) throw badRequest(ONE_SOURCE_ONLY, 'MULTIPLE_IMAGE_INPUTS', { given });
+    const operation =
+      req.operation ??
+      (given.length > 0 || profile === 'ultrasound' ? ULTRASOUND_PROFILE.operation : 'generate');
+    if (operation === 'edit' && given.length === 0) {
+      throw badRequest(MISSING_IMAGE_INPUT, 'MISSING_IMAGE_INPUT');
+    }
+    if (operation === 'generate' && given.length > 0) {
+      throw badRequest(`operation generate takes no ${given[0]}; use operation edit`, 'INVALID_OPERATION');
+    }
+    const { model, provider } = this.resolveModel(req);
+    const store =
+      req.store ??
+      (this.settings.storeDefault === 'auto'
+        ? this.deps.objects.kind === 's3'
+        : this.settings.storeDefault === 'true');
+
+    // The source is read and checked before any credit is taken: bad input costs nothing.
+    const limits = { maxBytes: this.settings.maxBytes, maxPixels: this.settings.maxPixels };
+    const storage = new StorageService(this.em, this.deps.objects);
+    let source: { bytes: Buffer; mimeType: ImageMime } | undefined;
+    let rawFile: { id: string; presignedUrl: string | null } | undefined;
+    if (req.image !== undefined) {
+      source = await checkImage(decodeBase64Image(req.image, limits.maxBytes), limits);
+    } else if (req.image_url !== undefined) {
+      source = await fetchImageUrl(
+        req.image_url,
+        {
+          ...limits,
+          timeoutMs: this.settings.urlTimeoutMs,
+          maxRedirects: this.settings.urlMaxRedirects,
+          policy: this.settings.policy,
+        },
+        signal,
+      );
+    } else if (req.raw_image_id !== undefined) {
+      if (!isUuid(req.raw_image_id)) throw notFound('File not found');
+      const file = await storage.getFile(ws, req.raw_image_id);
+      if (file.type !== 'image') throw notFound('File not found');
+      if ((file.sizeBytes ?? 0) > limits.maxBytes) {
+        throw new AppError(413, `The image exceeds ${limits.maxBytes} bytes`, 'IMAGE_TOO_LARGE');
+      }
+      source = await checkImage(await storage.readContent(ws, file.id), limits);
+      rawFile = file;
+    }
+
+    const priceMicros = Math.round((model.pricePerImage ?? 0) * 1_000_000);
+    const meter = await this.deps.metering.startGeneration(
+      {
+        workspaceId: ws,
+        apiKeyId: this.principal.keyId ?? null,
+        requestId: this.requestId,
+        endpoint: IMAGE_ENDPOINT,
+        model,
+        meter: 'credits',
+      },
+      { minimumMicros: priceMicros },
+    );
+    let status: 'success' | 'error' | 'aborted' = 'error';
+    try {
+      let out: Awaited<ReturnType<ImageProvider['generate']>>;
+      try {
+        out = await this.providers.get(model).generate({ model, prompt, source, signal });
+      } catch (err) {
+        if (err instanceof ImageAbortedError || signal.aborted) status = 'aborted';
+        throw err;
+      }
+      let processed: Buffer;
+      try {
+        await checkImage(out.bytes, { maxBytes: out.bytes.length, maxPixels: this.settings.maxPixels });
+        processed =
+          profile === 'ultrasound'
+            ? await enhanceUltrasound(out.bytes, { maxPixels: this.settings.maxPixels })
+            : await toPng(out.bytes, this.settings.maxPixels);
+      } catch {
+        throw new ImageProviderError('the provider returned an image that could not be read');
+      }
+      if (signal.aborted) {
+        status = 'aborted';
+        throw new ImageAbortedError('The caller went away');
+      }
+      const tokensUsed = out.inputTokens + out.outputTokens;
+      const base = {
+        model: model.id,
+        prompt,
+        operation,
+        tokensUsed,
+        ...(profile ? { profile } : {}),
+        provider,
+      };
+      let stored: Partial<ImageResponse> = {};
+      if (store) {
+        const label = `Image ${operation}${profile ? ` (${profile})` : ''}`;
+        if (!rawFile) {
+          const rawBytes = source?.bytes ?? out.bytes;
+          const rawMime =
+            source?.mimeType ??
+            (await checkImage(out.bytes, { maxBytes: Infinity, maxPixels: Infinity })).mimeType;
+          rawFile = await storage.createFile({
+            workspaceId: ws,
+            type: 'image',
+            filename: `image-${this.requestId}-raw.${rawMime.split('/')[1]}`,
+            mimeType: rawMime,
+            source: `${label}: raw`,
+            sourceId: this.requestId,
+            body: rawBytes,
+            contentLength: rawBytes.length,
+          });
+        }
+        const processedFile = await storage.createFile({
+          workspaceId: ws,
+          type: 'image',
+          filename: `image-${this.requestId}.png`,
+          mimeType: 'image/png',
+          source: `${label}: processed`,
+          sourceId: this.requestId,
+          body: processed,
+          contentLength: processed.length,
+        });
+        stored = {
+          raw_image_id: rawFile.id,
+          processed_run_id: processedFile.id,
+          raw_url: rawFile.presignedUrl ?? undefined,
+          processed_url: processedFile.presignedUrl ?? undefined,
+          request_id: this.requestId,
+        };
+      }
+      meter.addImages(1);
+      meter.addUsage({ inputTokens: out.inputTokens, outputTokens: out.outputTokens, estimated: false });
+      status = 'success';
+      const { costMicros } = await meter.finish('success');
+      return store
+        ? { ...base, ...stored, costMicros }
+        : { ...base, image: processed.toString('base64'), costMicros };
+    } catch (err) {
+      await meter.finish(status).catch(() => undefined);
+      if (err instanceof ImageQuotaError) throw new AppError(429, err.message, 'PROVIDER_QUOTA_EXCEEDED');
+      if (err instanceof ImageProviderError) {
+        throw new AppError(500, `Failed to generate image: ${err.message}`, 'IMAGE_GENERATION_FAILED');
+      }
+      throw err;
+    }
+  }
+}

@@ -1,0 +1,94 @@
+import { z } from 'zod';
+import { router, sessionProcedure } from '../../trpc.js';
+import {
+  DocumentRefInput,
+  ListDocumentsInput,
+  RagDocumentSchema,
+  RagQueryInput,
+  RagQueryResultSchema,
+} from './schema.js';
+import { RagService } from './service.js';
+
+const tags = ['RAG'];
+
+export const ragRouter = router({
+  query: sessionProcedure
+    .meta({
+      openapi: {
+        method: 'POST',
+        path: '/rag/query',
+        tags,
+        protect: true,
+        summary: 'Ask a question answered from the workspace documents, with sources down to the page',
+        description:
+          'Session only (401 `Authentication required`, also for API keys). Hybrid retrieval (full text + vectors, reciprocal rank fusion), then the chat model answers from the retrieved chunks only, citing them as `[n]` in `sources` order, or says the documents do not contain the answer. 400 `Query is required and must be a string`, `workspace_id is required`; 403 `Access denied to workspace`, `RAG service not enabled for this workspace` (before the first upload); 429 `Monthly quota exceeded` with `quota` and `current_usage`; 402 `INSUFFICIENT_CREDITS`; 500 `Failed to process query`.',
+      },
+    })
+    .input(RagQueryInput)
+    .output(RagQueryResultSchema)
+    .mutation(({ ctx, input }) =>
+      new RagService(ctx.deps, ctx.em).queryOr500(ctx.principal, input, ctx.requestId),
+    ),
+
+  listDocuments: sessionProcedure
+    .meta({
+      openapi: {
+        method: 'GET',
+        path: '/rag/documents',
+        tags,
+        protect: true,
+        summary: 'Documents of the workspace index with their status and chunk counts',
+        description:
+          'Newest first. 403 `Access denied to workspace`, `RAG service not enabled for this workspace` before the first upload.',
+      },
+    })
+    .input(ListDocumentsInput)
+    .output(z.object({ documents: z.array(RagDocumentSchema) }))
+    .query(async ({ ctx, input }) => {
+      const rag = new RagService(ctx.deps, ctx.em);
+      await rag.assertAccess(ctx.principal, input.workspace_id);
+      await rag.assertEnabled(input.workspace_id);
+      return { documents: await rag.listDocuments(input.workspace_id) };
+    }),
+
+  deleteDocument: sessionProcedure
+    .meta({
+      openapi: {
+        method: 'DELETE',
+        path: '/rag/documents/{documentId}',
+        tags,
+        protect: true,
+        summary: 'Delete a document: its chunks, its storage file and its object go with it',
+        description: '404 `Document not found` (also for another workspace’s document).',
+      },
+    })
+    .input(DocumentRefInput)
+    .output(z.object({ deleted: z.literal(true) }))
+    .mutation(async ({ ctx, input }) => {
+      const rag = new RagService(ctx.deps, ctx.em);
+      await rag.assertAccess(ctx.principal, input.workspace_id);
+      await rag.deleteDocument(input.workspace_id, input.documentId);
+      return { deleted: true as const };
+    }),
+
+  reindexDocument: sessionProcedure
+    .meta({
+      openapi: {
+        method: 'POST',
+        path: '/rag/documents/{documentId}/reindex',
+        tags,
+        protect: true,
+        summary:
+          'Extract, chunk and embed a document again from its stored file (e.g. after changing the embedding model)',
+        description:
+          '404 `Document not found`. Answers with the document as it is afterwards (`failed` with `error` if it could not be read).',
+      },
+    })
+    .input(DocumentRefInput)
+    .output(RagDocumentSchema)
+    .mutation(async ({ ctx, input }) => {
+      const rag = new RagService(ctx.deps, ctx.em);
+      await rag.assertAccess(ctx.principal, input.workspace_id);
+      return rag.reindex(input.workspace_id, input.documentId, ctx.requestId);
+    }),
+});

@@ -1,0 +1,828 @@
+import { randomUUID } from 'node:crypto';
+import type { Readable } from 'node:stream';
+import type { EntityManager } from '@mikro-orm/postgresql';
+import type { Principal } from '../../auth/principal.js';
+import type { ServerDeps } from '../../context.js';
+import { AppError, type ErrorBody, forbidden, notFound } from '../../http/errors.js';
+import { cycleStart } from '../../metering/cycle.js';
+import type { GenerationMeter } from '../../metering/types.js';
+import type { LlmMessage, ModelInfo } from '../../providers/llm.js';
+import { estimateTokens, messageChars } from '../../providers/openai-provider.js';
+import { isUuid } from '../storage/service.js';
+import { type Chunk, Chunker } from './chunk.js';
+import { type DocumentKind, documentKind, ExtractionError, extractSegments } from './extract.js';
+import type { RagQueryInput, RagQueryResult, RagSource } from './schema.js';
+
+export const RAG_QUERY_ENDPOINT = '/rag/query';
+export const RAG_UPLOAD_ENDPOINT = '/rag/upload';
+/** Chunks per embeddings request and per insert. */
+export const EMBED_BATCH = 64;
+/** Candidates each retrieval stage hands to the fusion. */
+export const STAGE_CANDIDATES = 50;
+/** Reciprocal rank fusion constant (Cormack et al.): score = Σ 1 / (k + rank). */
+export const RRF_K = 60;
+/** `hnsw.ef_search` of the vector stage (recall measured in bench/rag). */
+export const HNSW_EF_SEARCH = 100;
+/** pgvector's HNSW index takes `vector` columns up to 2000 dimensions. */
+const HNSW_MAX_DIMS = 2000;
+/** Previous turns of a `session_id` the model sees. */
+const HISTORY_TURNS = 5;
+/** What the model replies when the sources do not hold the answer (replaced by NOT_FOUND_ANSWER). */
+const NOT_FOUND_MARKER = 'NOT_IN_DOCUMENTS';
+export const NOT_FOUND_ANSWER = 'The documents do not contain an answer to this question.';
+
+export const MB = 1024 * 1024;
+export const MAX_FILE_BYTES = 100 * MB;
+
+export const notEnabled = () => forbidden('RAG service not enabled for this workspace');
+
+/** 429 of spec 7: `quota` and `current_usage` are fields of the body, and repeated in `details`. */
+export class QuotaExceededError extends AppError {
+  constructor(
+    readonly quota: number,
+    readonly currentUsage: number,
+  ) {
+    super(429, 'Monthly quota exceeded', 'QUOTA_EXCEEDED', { quota, current_usage: currentUsage });
+  }
+  override toBody(): ErrorBody {
+    return { ...super.toBody(), quota: this.quota, current_usage: this.currentUsage } as ErrorBody;
+  }
+}
+
+type VectorMode = 'pgvector' | 'exact';
+
+/** Per database: whether pgvector is there, and which HNSW indexes this process has made sure of. */
+const vectorSupport = new WeakMap<object, Promise<VectorMode>>();
+const hnswIndexes = new WeakMap<object, Map<number, Promise<void>>>();
+
+const vectorLiteral = (v: number[]) => `[${v.join(',')}]`;
+const arrayLiteral = (v: number[]) => `{${v.join(',')}}`;
+
+function unit(v: number[]): number[] {
+  const n = Math.sqrt(v.reduce((s, x) => s + x * x, 0)) || 1;
+  return v.map((x) => x / n);
+}
+
+/** The `tsquery` of a question: its lexemes OR-ed (any shared word is a candidate; ranking sorts). */
+const QUERY_TSQUERY = `(select string_agg('''' || replace(replace(l, '\\', '\\\\'), '''', '''''') || '''', ' | ')
+  from unnest(tsvector_to_array(to_tsvector('english'::regconfig, ?))) as l)::tsquery`;
+
+export interface DocumentDto {
+  id: string;
+  name: string;
+  mimeType: string;
+  sizeBytes: number | null;
+  status: 'queued' | 'processing' | 'ready' | 'failed';
+  error: string | null;
+  chunks: number;
+  storageFileId: string | null;
+  createdAt: string;
+  updatedAt: string;
+}
+
+interface DocumentRow {
+  id: string;
+  name: string;
+  mime_type: string;
+  size_bytes: string | number | null;
+  status: DocumentDto['status'];
+  error: string | null;
+  chunk_count: number;
+  storage_file_id: string | null;
+  storage_key: string | null;
+  created_at: Date | string;
+  updated_at: Date | string;
+}
+
+const toIso = (d: Date | string) => (d instanceof Date ? d : new Date(d)).toISOString();
+const toDocumentDto = (r: DocumentRow): DocumentDto => ({
+  id: r.id,
+  name: r.name,
+  mimeType: r.mime_type,
+  sizeBytes: r.size_bytes === null ? null : Number(r.size_bytes),
+  status: r.status,
+  error: r.error,
+  chunks: Number(r.chunk_count),
+  storageFileId: r.storage_file_id,
+  createdAt: toIso(r.created_at),
+  updatedAt: toIso(r.updated_at),
+});
+const DOC_COLUMNS =
+  'id, name, mime_type, size_bytes, status, error, chunk_count, storage_file_id, storage_key, created_at, updated_at';
+
+export interface Candidate {
+  id: string;
+  /** 1-based rank in the full-text stage, if found there. */
+  ftsRank?: number;
+  ftsScore?: number;
+  vectorRank?: number;
+  similarity?: number;
+  fused: number;
+  relevance: number;
+}
+
+/**
+ * Reciprocal rank fusion of the two stages, normalised by the best score possible (rank 1 in
+ * every stage that ran): 1 = the top hit of both, 0.5 = the top hit of one stage absent from the
+ * other. See decision 0024 for why the default threshold 0.7 means "found by both stages".
+ */
+export function fuse(
+  fts: { id: string; score: number }[],
+  vec: { id: string; similarity: number }[] | undefined,
+): Candidate[] {
+  const byId = new Map<string, Candidate>();
+  const get = (id: string) => {
+    let c = byId.get(id);
+    if (!c) {
+      c = { id, fused: 0, relevance: 0 };
+      byId.set(id, c);
+    }
+    return c;
+  };
+  fts.forEach((r, i) => {
+    const c = get(r.id);
+    c.ftsRank = i + 1;
+    c.ftsScore = r.score;
+    c.fused += 1 / (RRF_K + i + 1);
+  });
+  vec?.forEach((r, i) => {
+    const c = get(r.id);
+    c.vectorRank = i + 1;
+    c.similarity = r.similarity;
+    c.fused += 1 / (RRF_K + i + 1);
+  });
+  const stages = vec ? 2 : 1;
+  const best = stages / (RRF_K + 1);
+  const out = [...byId.values()];
+  for (const c of out) c.relevance = Math.min(1, c.fused / best);
+  return out.sort((a, b) => b.fused - a.fused || (a.ftsRank ?? 1e9) - (b.ftsRank ?? 1e9));
+}
+
+/**
+ * Document question answering (spec 4.12): documents are storage files of type `document`,
+ * their chunks live in `rag_chunks` with a full-text vector and, when an embedding model is
+ * configured, a unit-length embedding. Retrieval is hybrid (full text + vectors, fused by RRF).
+ */
+export class RagService {
+  constructor(
+    private readonly deps: ServerDeps,
+    private readonly em: EntityManager = deps.em(),
+  ) {}
+
+  // ---------- access ----------
+
+  /**
+   * The workspace a session names in `workspace_id`: the person must be a member of it
+   * (403 `Access denied to workspace` otherwise, also for ids that are not UUIDs).
+   */
+  async assertAccess(principal: Principal, workspaceId: string): Promise<void> {
+    if (!isUuid(workspaceId)) throw forbidden('Access denied to workspace');
+    if (principal.workspaceId === workspaceId && principal.via === 'session') return;
+    if (!principal.userId) throw forbidden('Access denied to workspace');
+    const rows = await this.em.execute<{ n: number }[]>(
+      'select 1 as n from memberships where workspace_id = ? and user_id = ?',
+      [workspaceId, principal.userId],
+    );
+    if (rows.length === 0) throw forbidden('Access denied to workspace');
+  }
+
+  async isEnabled(workspaceId: string): Promise<boolean> {
+    const rows = await this.em.execute<{ n: number }[]>(
+      'select 1 as n from rag_indexes where workspace_id = ?',
+      [workspaceId],
+    );
+    return rows.length > 0;
+  }
+
+  async assertEnabled(workspaceId: string): Promise<void> {
+    if (!(await this.isEnabled(workspaceId))) throw notEnabled();
+  }
+
+  /** The workspace's index: created by its first upload (spec 4.12). */
+  async provision(workspaceId: string): Promise<void> {
+    await this.em.execute('insert into rag_indexes (workspace_id) values (?) on conflict do nothing', [
+      workspaceId,
+    ]);
+    await this.vectorMode();
+  }
+
+  // ---------- vectors ----------
+
+  /**
+   * pgvector when the database has it (or lets us create it), else the exact fallback: logged
+   * once per database.
+   */
+  vectorMode(): Promise<VectorMode> {
+    const key = this.deps.db;
+    let mode = vectorSupport.get(key);
+    if (!mode) {
+      mode = (async () => {
+        const em = this.deps.em();
+        try {
+          await em.execute('create extension if not exists vector');
+          return 'pgvector' as const;
+        } catch (err) {
+          this.deps.log.warn(
+            { reason: (err as Error).message },
+            'pgvector is not available on this database: vector retrieval uses an exact cosine over real[] (decision 0024)',
+          );
+          return 'exact' as const;
+        }
+      })();
+      vectorSupport.set(key, mode);
+    }
+    return mode;
+  }
+
+  private async ensureHnsw(dims: number): Promise<void> {
+    if ((await this.vectorMode()) !== 'pgvector' || dims > HNSW_MAX_DIMS || !Number.isInteger(dims)) return;
+    let map = hnswIndexes.get(this.deps.db);
+    if (!map) {
+      map = new Map();
+      hnswIndexes.set(this.deps.db, map);
+    }
+    let made = map.get(dims);
+    if (!made) {
+      made = this.deps
+        .em()
+        .execute(
+          `create index if not exists rag_chunks_hnsw_${dims} on rag_chunks using hnsw ((embedding::vector(${dims})) vector_cosine_ops) where dims = ${dims}`,
+        )
+        .then(() => undefined);
+      map.set(dims, made);
+      made.catch(() => map.delete(dims));
+    }
+    await made;
+  }
+
+  /** The configured embedding model, or undefined: retrieval is then full-text only. */
+  embeddingModel(): ModelInfo | undefined {
+    if (!this.deps.models.defaultId('embedding')) return undefined;
+    return this.deps.models.resolve('embedding');
+  }
+
+  // ---------- documents ----------
+
+  async createDocument(input: {
+    workspaceId: string;
+    name: string;
+    mimeType: string;
+    sizeBytes: number | null;
+    storageFileId: string | null;
+    storageKey: string | null;
+    status: DocumentDto['status'];
+    error?: string | null;
+  }): Promise<DocumentDto> {
+    const rows = await this.em.execute<DocumentRow[]>(
+      `insert into rag_documents (id, workspace_id, name, mime_type, size_bytes, storage_file_id, storage_key, status, error)
+       values (?, ?, ?, ?, ?, ?, ?, ?, ?) returning ${DOC_COLUMNS}`,
+      [
+        randomUUID(),
+        input.workspaceId,
+        input.name,
+        input.mimeType,
+        input.sizeBytes,
+        input.storageFileId,
+        input.storageKey,
+        input.status,
+        input.error ?? null,
+      ],
+    );
+    return toDocumentDto(rows[0] as DocumentRow);
+  }
+
+  async setStatus(
+    documentId: string,
+    status: DocumentDto['status'],
+    extra: { error?: string | null; chunks?: number } = {},
+  ): Promise<void> {
+    const rows = await this.em.execute<{ storage_file_id: string | null }[]>(
+      `update rag_documents set status = ?, error = ?, chunk_count = coalesce(?, chunk_count), updated_at = now()
+       where id = ? returning storage_file_id`,
+      [status, extra.error ?? null, extra.chunks ?? null, documentId],
+    );
+    const fileId = rows[0]?.storage_file_id;
+    if (fileId) {
+      await this.em.execute(
+        'update storage_files set index_status = ?, is_indexed = ?, updated_at = now() where id = ?',
+        [status, status === 'ready', fileId],
+      );
+    }
+  }
+
+  async listDocuments(workspaceId: string): Promise<DocumentDto[]> {
+    const rows = await this.em.execute<DocumentRow[]>(
+      `select ${DOC_COLUMNS} from rag_documents where workspace_id = ? order by created_at desc, id`,
+      [workspaceId],
+    );
+    return rows.map(toDocumentDto);
+  }
+
+  async getDocument(workspaceId: string, documentId: string): Promise<DocumentRow> {
+    if (!isUuid(documentId)) throw notFound('Document not found');
+    const rows = await this.em.execute<DocumentRow[]>(
+      `select ${DOC_COLUMNS} from rag_documents where workspace_id = ? and id = ?`,
+      [workspaceId, documentId],
+    );
+    if (!rows[0]) throw notFound('Document not found');
+    return rows[0];
+  }
+
+  /** Deletes a document with its chunks, its storage file and its object. */
+  async deleteDocument(workspaceId: string, documentId: string): Promise<void> {
+    const doc = await this.getDocument(workspaceId, documentId);
+    await this.em.execute('delete from rag_documents where id = ?', [doc.id]);
+    if (doc.storage_file_id) {
+      await this.em.execute('delete from storage_files where id = ? and workspace_id = ?', [
+        doc.storage_file_id,
+        workspaceId,
+      ]);
+    }
+    if (doc.storage_key) await this.deps.objects.delete(doc.storage_key).catch(() => undefined);
+  }
+
+  /**
+   * Extracts, chunks, embeds and stores a document read from `body`, replacing any chunks it
+   * had. Batches of `EMBED_BATCH` chunks are embedded and inserted as they fill, so memory
+   * stays bounded whatever the document's size. Embeddings are metered on the credits meter.
+   */
+  async ingest(input: {
+    workspaceId: string;
+    documentId: string;
+    kind: DocumentKind;
+    body: Readable;
+    requestId: string;
+    endpoint?: string;
+    apiKeyId?: string | null;
+    signal?: AbortSignal;
+  }): Promise<number> {
+    const model = this.embeddingModel();
+    let meter: GenerationMeter | undefined;
+    let status = 'error';
+    let count = 0;
+    try {
+      if (model) {
+        meter = await this.deps.metering.startGeneration({
+          workspaceId: input.workspaceId,
+          apiKeyId: input.apiKeyId ?? null,
+          requestId: input.requestId,
+          endpoint: input.endpoint ?? RAG_UPLOAD_ENDPOINT,
+          model,
+          meter: 'credits',
+        });
+      }
+      await this.em.execute('delete from rag_chunks where document_id = ?', [input.documentId]);
+      const chunker = new Chunker();
+      let batch: Chunk[] = [];
+      const flush = async () => {
+        if (batch.length === 0) return;
+        const chunks = batch;
+        batch = [];
+        await this.storeChunks(input.workspaceId, input.documentId, chunks, model, meter, input.signal);
+        count += chunks.length;
+      };
+      for await (const seg of extractSegments(input.kind, input.body)) {
+        for (const c of chunker.push(seg)) {
+          batch.push(c);
+          if (batch.length >= EMBED_BATCH) await flush();
+        }
+      }
+      batch.push(...chunker.end());
+      await flush();
+      status = 'success';
+      return count;
+    } catch (err) {
+      input.body.destroy();
+      await this.em
+        .execute('delete from rag_chunks where document_id = ?', [input.documentId])
+        .catch(() => undefined);
+      throw err;
+    } finally {
+      await meter?.finish(status);
+    }
+  }
+
+  private async storeChunks(
+    workspaceId: string,
+    documentId: string,
+    chunks: Chunk[],
+    model: ModelInfo | undefined,
+    meter: GenerationMeter | undefined,
+    signal?: AbortSignal,
+  ): Promise<void> {
+    let vectors: number[][] | undefined;
+    if (model) {
+      const res = await this.deps.llm.embed(
+        model,
+        chunks.map((c) => c.content),
+        signal,
+      );
+      meter?.addUsage(res.usage);
+      await meter?.check();
+      vectors = res.vectors.map(unit);
+      const dims = vectors[0]?.length;
+      if (dims) await this.ensureHnsw(dims);
+    }
+    const values = chunks.map(() => '(?, ?, ?, ?, ?, ?::real[], ?)').join(', ');
+    const params = chunks.flatMap((c, i) => {
+      const v = vectors?.[i];
+      return [
+        documentId,
+        workspaceId,
+        c.index,
+        c.page,
+        c.content,
+        v ? arrayLiteral(v) : null,
+        v?.length ?? null,
+      ];
+    });
+    await this.em.execute(
+      `insert into rag_chunks (document_id, workspace_id, chunk_index, page, content, embedding, dims) values ${values}`,
+      params,
+    );
+  }
+
+  /**
+   * Indexes a stored document: status `processing`, then `ready` with its chunk count or
+   * `failed` with the reason (also on the storage file's `indexStatus`). Returns the outcome.
+   */
+  async indexDocument(
+    workspaceId: string,
+    documentId: string,
+    ctx: { requestId: string; endpoint?: string; signal?: AbortSignal },
+  ): Promise<DocumentDto> {
+    const doc = await this.getDocument(workspaceId, documentId);
+    const kind = documentKind(doc.name, doc.mime_type);
+    await this.setStatus(doc.id, 'processing');
+    try {
+      if (!kind.kind) throw new ExtractionError(`File type ${kind.type} not supported for ${doc.name}`);
+      const obj = doc.storage_key ? await this.deps.objects.get(doc.storage_key) : null;
+      if (!obj) throw new ExtractionError('Storage key not found');
+      const chunks = await this.ingest({
+        workspaceId,
+        documentId: doc.id,
+        kind: kind.kind,
+        body: obj.body,
+        requestId: ctx.requestId,
+        endpoint: ctx.endpoint,
+        signal: ctx.signal,
+      });
+      await this.setStatus(doc.id, 'ready', { chunks });
+    } catch (err) {
+      const message =
+        err instanceof ExtractionError || err instanceof AppError
+          ? err.message
+          : 'Failed to index the document';
+      if (!(err instanceof ExtractionError || err instanceof AppError)) {
+        this.deps.log.error({ err, documentId }, 'document indexing failed');
+      }
+      await this.setStatus(doc.id, 'failed', { error: message, chunks: 0 });
+    }
+    return toDocumentDto(await this.getDocument(workspaceId, documentId));
+  }
+
+  async reindex(workspaceId: string, documentId: string, requestId: string): Promise<DocumentDto> {
+    await this.getDocument(workspaceId, documentId);
+    return this.indexDocument(workspaceId, documentId, { requestId, endpoint: RAG_UPLOAD_ENDPOINT });
+  }
+
+  // ---------- retrieval ----------
+
+  async fullTextStage(workspaceId: string, query: string, limit = STAGE_CANDIDATES) {
+    const rows = await this.em.execute<{ id: string; score: number }[]>(
+      `with q as (select ${QUERY_TSQUERY} as q)
+       select c.id::text as id, ts_rank_cd(c.tsv, q.q) as score
+       from rag_chunks c, q
+       where q.q is not null and c.workspace_id = ? and c.tsv @@ q.q
+       order by score desc, c.id
+       limit ?`,
+      [query, workspaceId, limit],
+    );
+    return rows.map((r) => ({ id: r.id, score: Number(r.score) }));
+  }
+
+  /** Nearest chunks by cosine: HNSW through pgvector, or the exact scan over `real[]`. */
+  async vectorStage(
+    workspaceId: string,
+    vector: number[],
+    limit = STAGE_CANDIDATES,
+    mode?: VectorMode,
+  ): Promise<{ id: string; similarity: number }[]> {
+    const v = unit(vector);
+    const dims = v.length;
+    const use = mode ?? (await this.vectorMode());
+    let rows: { id: string; similarity: number }[];
+    if (use === 'pgvector' && Number.isInteger(dims)) {
+      rows = await this.em.transactional(async (em) => {
+        await em.execute(
+          `select set_config('hnsw.ef_search', '${HNSW_EF_SEARCH}', true), set_config('hnsw.iterative_scan', 'relaxed_order', true)`,
+        );
+        return em.execute<{ id: string; similarity: number }[]>(
+          `select id::text as id, 1 - (embedding::vector(${dims}) <=> ?::vector(${dims})) as similarity
+           from rag_chunks where workspace_id = ? and dims = ${dims}
+           order by embedding::vector(${dims}) <=> ?::vector(${dims})
+           limit ?`,
+          [vectorLiteral(v), workspaceId, vectorLiteral(v), limit],
+        );
+      });
+    } else {
+      rows = await this.em.execute<{ id: string; similarity: number }[]>(
+        `select c.id::text as id, (select sum(a * b) from unnest(c.embedding, ?::real[]) as t(a, b)) as similarity
+         from rag_chunks c where c.workspace_id = ? and c.dims = ?
+         order by similarity desc, c.id
+         limit ?`,
+        [arrayLiteral(v), workspaceId, dims, limit],
+      );
+    }
+    return rows
+      .map((r) => ({ id: r.id, similarity: Number(r.similarity) }))
+      .sort((a, b) => b.similarity - a.similarity || Number(a.id) - Number(b.id));
+  }
+
+  /** Lexemes of the question, for the sources' coverage. */
+  private async queryLexemes(query: string): Promise<string[]> {
+    const rows = await this.em.execute<{ l: string[] | string | null }[]>(
+      `select tsvector_to_array(to_tsvector('english'::regconfig, ?)) as l`,
+      [query],
+    );
+    const l = rows[0]?.l;
+    if (!l) return [];
+    return Array.isArray(l)
+      ? l
+      : String(l)
+          .replace(/^\{|\}$/g, '')
+          .split(',')
+          .filter(Boolean);
+  }
+
+  // ---------- quota ----------
+
+  /** The workspace's monthly query quota (CLI) or the `RAG_MONTHLY_QUERY_QUOTA` default; null = unlimited. */
+  async quotaStatus(workspaceId: string): Promise<{ quota: number | null; used: number; since: Date }> {
+    const rows = await this.em.execute<{ q: number | null; anchor: Date | string }[]>(
+      'select rag_monthly_query_quota as q, billing_cycle_anchor as anchor from workspaces where id = ?',
+      [workspaceId],
+    );
+    const row = rows[0];
+    const since = cycleStart(new Date(row?.anchor ?? Date.now()), new Date());
+    const quota =
+      row?.q !== null && row?.q !== undefined ? Number(row.q) : this.deps.config.rag.monthlyQueryQuota;
+    const used = await this.em.execute<{ n: string | number }[]>(
+      'select count(*) as n from rag_queries where workspace_id = ? and created_at >= ?',
+      [workspaceId, since],
+    );
+    return { quota, used: Number(used[0]?.n ?? 0), since };
+  }
+
+  /**
+   * Takes one query of the month's quota, atomically (the workspace row is locked while
+   * counting, so concurrent queries cannot both take the last one); 429 when it is spent.
+   */
+  private async reserveQuery(
+    workspaceId: string,
+    principal: Principal,
+    input: RagQueryInput,
+  ): Promise<string> {
+    const id = randomUUID();
+    await this.em.transactional(async (em) => {
+      await em.execute('select id from workspaces where id = ? for update', [workspaceId]);
+      const status = await new RagService(this.deps, em).quotaStatus(workspaceId);
+      if (status.quota !== null && status.used >= status.quota) {
+        throw new QuotaExceededError(status.quota, status.used);
+      }
+      await em.execute(
+        'insert into rag_queries (id, workspace_id, user_id, session_id, query, answer) values (?, ?, ?, ?, ?, ?)',
+        [id, workspaceId, principal.userId ?? null, input.options?.session_id ?? null, input.query, ''],
+      );
+    });
+    return id;
+  }
+
+  // ---------- query ----------
+
+  /** `query` with anything unexpected reported as 500 `Failed to process query` (spec 7). */
+  async queryOr500(principal: Principal, input: RagQueryInput, requestId: string): Promise<RagQueryResult> {
+    try {
+      return await this.query(principal, input, requestId);
+    } catch (err) {
+      if (err instanceof AppError) throw err;
+      this.deps.log.error({ err }, 'RAG query failed');
+      throw new AppError(500, 'Failed to process query', 'INTERNAL_ERROR');
+    }
+  }
+
+  async query(principal: Principal, input: RagQueryInput, requestId: string): Promise<RagQueryResult> {
+    const t0 = performance.now();
+    const workspaceId = input.workspace_id;
+    await this.assertAccess(principal, workspaceId);
+    await this.assertEnabled(workspaceId);
+    const chatModel = this.deps.models.resolve('chat');
+    const queryId = await this.reserveQuery(workspaceId, principal, input);
+    const maxSources = input.options?.max_sources ?? 5;
+    const threshold = input.options?.confidence_threshold ?? 0.7;
+    const includeMetadata = input.options?.include_metadata ?? true;
+    const sessionId = input.options?.session_id;
+    let done = false;
+    try {
+      // Earlier turns of the conversation (oldest first): they shape the answer and, joined
+      // to the question, the retrieval of a follow-up such as "and on page two?".
+      const history = sessionId
+        ? (
+            await this.em.execute<{ query: string; answer: string }[]>(
+              `select query, answer from rag_queries where workspace_id = ? and session_id = ? and id <> ? and answer <> ''
+               order by created_at desc limit ${HISTORY_TURNS}`,
+              [workspaceId, sessionId, queryId],
+            )
+          ).reverse()
+        : [];
+      const retrievalText = [...history.slice(-1).map((h) => h.query), input.query].join('\n');
+
+      // Retrieval: the query embedding (metered) and the two stages.
+      const embedModel = this.embeddingModel();
+      let embeddingTokens = 0;
+      let embedCost = 0;
+      let vector: number[] | undefined;
+      if (embedModel) {
+        const meter = await this.deps.metering.startGeneration({
+          workspaceId,
+          requestId,
+          endpoint: RAG_QUERY_ENDPOINT,
+          model: embedModel,
+          meter: 'credits',
+        });
+        let status = 'error';
+        try {
+          const res = await this.deps.llm.embed(embedModel, [retrievalText]);
+          meter.addUsage(res.usage);
+          vector = res.vectors[0];
+          embeddingTokens = res.usage.inputTokens;
+          status = 'success';
+        } finally {
+          embedCost = (await meter.finish(status)).costMicros;
+        }
+      }
+      const [fts, vec] = await Promise.all([
+        this.fullTextStage(workspaceId, retrievalText),
+        vector ? this.vectorStage(workspaceId, vector) : Promise.resolve(undefined),
+      ]);
+      const fused = fuse(fts, vec)
+        .filter((c) => c.relevance >= threshold)
+        .slice(0, maxSources);
+      const sources = await this.loadSources(fused, input.query, includeMetadata);
+      const retrievalMs = performance.now() - t0;
+
+      // Generation from the retrieved chunks only.
+      const t1 = performance.now();
+      let answer = NOT_FOUND_ANSWER;
+      let found = false;
+      let inputTokens = 0;
+      let outputTokens = 0;
+      let chatCost = 0;
+      if (sources.length > 0) {
+        const messages = buildMessages(input.query, sources, history);
+        const meter = await this.deps.metering.startGeneration(
+          { workspaceId, requestId, endpoint: RAG_QUERY_ENDPOINT, model: chatModel, meter: 'credits' },
+          { inputTokens: estimateTokens(messageChars(messages)) },
+        );
+        let status = 'error';
+        try {
+          const res = await this.deps.llm.complete({ model: chatModel, messages, temperature: 0 });
+          meter.addUsage(res.usage);
+          inputTokens = res.usage.inputTokens;
+          outputTokens = res.usage.outputTokens;
+          const text = res.text.trim();
+          found = text.length > 0 && !text.includes(NOT_FOUND_MARKER);
+          answer = found ? text : NOT_FOUND_ANSWER;
+          status = 'success';
+        } finally {
+          chatCost = (await meter.finish(status)).costMicros;
+        }
+      }
+      const generationMs = performance.now() - t1;
+
+      // Confidence of the answer: the mean confidence of the sources it cites (all sources when
+      // it cites none); 0 when the documents do not hold the answer.
+      const cited = new Set([...answer.matchAll(/\[(\d+)\]/g)].map((m) => Number(m[1])));
+      const citedSources = sources.filter((_, i) => cited.has(i + 1));
+      const basis = citedSources.length > 0 ? citedSources : sources;
+      const confidence =
+        found && basis.length > 0 ? basis.reduce((s, x) => s + x.confidence, 0) / basis.length : 0;
+
+      await this.em.execute('update rag_queries set answer = ? where id = ?', [answer, queryId]);
+      done = true;
+      const costMicros = embedCost + chatCost;
+      return {
+        status: 'success',
+        result: { answer, confidence: round(confidence), sources },
+        usage: {
+          input_tokens: inputTokens,
+          output_tokens: outputTokens,
+          total_tokens: inputTokens + outputTokens,
+          embedding_tokens: embeddingTokens,
+          cost_usd: costMicros / 1_000_000,
+          model: chatModel.id,
+        },
+        performance: {
+          retrieval_ms: round(retrievalMs, 1),
+          generation_ms: round(generationMs, 1),
+          total_ms: round(performance.now() - t0, 1),
+        },
+        workspace_id: workspaceId,
+        timestamp: new Date().toISOString(),
+      };
+    } finally {
+      // A failed query does not count against the quota.
+      if (!done)
+        await this.em.execute('delete from rag_queries where id = ?', [queryId]).catch(() => undefined);
+    }
+  }
+
+  private async loadSources(
+    fused: Candidate[],
+    query: string,
+    includeMetadata: boolean,
+  ): Promise<RagSource[]> {
+    if (fused.length === 0) return [];
+    const rows = await this.em.execute<
+      {
+        id: string;
+        content: string;
+        page: number;
+        chunk_index: number;
+        document_id: string;
+        name: string;
+        mime_type: string;
+        lexemes: string[] | string;
+      }[]
+    >(
+      `select c.id::text as id, c.content, c.page, c.chunk_index, d.id as document_id, d.name, d.mime_type,
+              tsvector_to_array(c.tsv) as lexemes
+       from rag_chunks c join rag_documents d on d.id = c.document_id
+       where c.id in (${fused.map(() => '?').join(', ')})`,
+      fused.map((c) => c.id),
+    );
+    const byId = new Map(rows.map((r) => [r.id, r]));
+    const queryLexemes = await this.queryLexemes(query);
+    const out: RagSource[] = [];
+    for (const c of fused) {
+      const r = byId.get(c.id);
+      if (!r) continue;
+      const lex = new Set(
+        Array.isArray(r.lexemes)
+          ? r.lexemes
+          : String(r.lexemes)
+              .replace(/^\{|\}$/g, '')
+              .split(','),
+      );
+      const coverage =
+        queryLexemes.length > 0 ? queryLexemes.filter((l) => lex.has(l)).length / queryLexemes.length : 0;
+      const similarity = c.similarity === undefined ? 0 : Math.max(0, Math.min(1, c.similarity));
+      const source: RagSource = {
+        content: r.content,
+        document: r.name,
+        page: Number(r.page),
+        confidence: round(Math.max(coverage, similarity)),
+        relevance_score: round(c.relevance),
+      };
+      if (includeMetadata) {
+        source.metadata = {
+          document_id: r.document_id,
+          chunk_index: Number(r.chunk_index),
+          mime_type: r.mime_type,
+          full_text_rank: c.ftsRank ?? null,
+          vector_rank: c.vectorRank ?? null,
+          vector_similarity: c.similarity === undefined ? null : round(c.similarity),
+          term_coverage: round(coverage),
+        };
+      }
+      out.push(source);
+    }
+    return out;
+  }
+}
+
+const round = (n: number, digits = 4) => Math.round(n * 10 ** digits) / 10 ** digits;
+
+/** The prompt: numbered sources, the rule to use only them and cite them, the honest "not found". */
+export function buildMessages(
+  query: string,
+  sources: RagSource[],
+  history: { query: string; answer: string }[],
+): LlmMessage[] {
+  const system =
+    'You answer questions using only the numbered sources given with the question. ' +
+    'Cite the sources you use with their numbers in square brackets, e.g. [1] or [2][3], right after the statement they support. ' +
+    `If the sources do not contain the answer, reply exactly ${NOT_FOUND_MARKER} and nothing else. ` +
+    'Never use knowledge from outside the sources.';
+  const context = sources
+    .map((s, i) => `[${i + 1}] ${s.document}, page ${s.page}:\n${s.content}`)
+    .join('\n\n');
+  const messages: LlmMessage[] = [{ role: 'system', content: system }];
+  for (const h of history) {
+    messages.push({ role: 'user', content: h.query }, { role: 'assistant', content: h.answer });
+  }
+  messages.push({ role: 'user', content: `Sources:\n\n${context}\n\nQuestion: ${query}` });
+  return messages;
+}
+
+export { documentKind, ExtractionError };

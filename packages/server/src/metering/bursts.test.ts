@@ -1,0 +1,352 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  createTestWorkspace,
+  type FakeOpenAI,
+  startTestServerWithFakeModel,
+  type TestServer,
+  type TestWorkspace,
+} from '../test/harness.js';
+
+/**
+ * The metering invariants under bursts (issue 18, decision 0020), on whichever database the
+ * run uses, for every credit-metered capability and the `/chat` token quota. Smaller numbers
+ * than `bench/metering-bursts`: a balance that pays for K = 4 answers, bursts of N = 24.
+ *
+ * - no unpaid work: recorded usage ≤ the credits + one request's cost;
+ * - no starvation: at least 0.6 × K answers complete;
+ * - no charge without an answer: what the incomplete requests were charged ≤ one request's
+ *   cost; refused ones hold and cost nothing (no ledger line, no record, no hold left);
+ * - the quota: tokens used ≤ Q + one request's tokens, the rest 403 `Token limit exceeded`.
+ *
+ * Each capability first completes a few replies on another workspace, so the per-model
+ * estimate of the reply length has learned it (that is what sizes the holds).
+ */
+
+let ts: TestServer & { fake: FakeOpenAI };
+let rich: TestWorkspace;
+const K = 4;
+const N = 24;
+
+const words = (n: number) => Array.from({ length: n }, (_, i) => `word${i}`).join(' ');
+const REPORT = JSON.stringify({
+  executiveSummary: words(150),
+  insights: [
+    {
+      title: 'Adoption doubled',
+      body: 'Active users went from 40 to 80.',
+      category: 'key_development',
+      evidence: Array.from({ length: 14 }, (_, i) => `e${i}`),
+    },
+  ],
+  followUpConsiderations: [
+    { title: 'Check churn', body: 'Watch the next cycle.', attentionLevel: 'moderate' },
+  ],
+  confidenceNotes: 'Based on 3 samples.',
+});
+
+const artifactBody = {
+  scope: { level: 'organization', entityId: 'org-1', label: 'Acme' },
+  input: { aggregates: { recordCount: 120, metrics: { activeUsers: 80 } } },
+  period: { start: '2026-10-01', end: '2026-10-31' },
+};
+
+beforeAll(async () => {
+  ts = await startTestServerWithFakeModel({
+    env: {
+      RATE_LIMIT_APP_CHAT: '0',
+      RATE_LIMIT_AGENT_MESSAGE: '0',
+      RATE_LIMIT_SESSION_CREATE: '0',
+      RATE_LIMIT_CHAT: '0',
+      RUN_POLL_INTERVAL_MS: '50',
+      RUN_WORKER_CONCURRENCY: '8',
+    },
+    fake: {
+      // Replies of 60 chunks (60 output tokens), paced so that a burst overlaps; artifacts get
+      // a report that validates.
+      defaultReply: (body: { response_format?: unknown }) =>
+        body.response_format
+          ? { text: REPORT, chunkSize: 64 }
+          : { text: 'abcd'.repeat(60), chunkSize: 4, paceMs: 1 },
+    },
+  });
+  rich = await createTestWorkspace(ts, { creditsUsd: '100' });
+}, 120_000);
+afterAll(() => ts?.close());
+
+const json = async <T = any>(res: Response): Promise<T> => (await res.json()) as T;
+const sql = <T>(q: string, params: unknown[] = []) => ts.server.deps.em().execute<T[]>(q, params);
+
+async function createApp(key: string): Promise<string> {
+  const res = await ts.api('/apps', { method: 'POST', key, json: { name: 'Burst' } });
+  return (await json(res)).app.id as string;
+}
+
+async function createAgent(key: string, autonomous = false): Promise<string> {
+  const res = await ts.api('/managed-agents/agents', {
+    method: 'POST',
+    key,
+    json: {
+      name: 'Burst',
+      prompt: 'You answer.',
+      ...(autonomous
+        ? { config: { runtimeMode: 'autonomous', capabilities: { deliverables: { enabled: true } } } }
+        : {}),
+    },
+  });
+  return (await json(res)).agent.id as string;
+}
+
+async function createSession(key: string, agentId: string): Promise<string> {
+  const res = await ts.api(`/managed-agents/agents/${agentId}/sessions`, { method: 'POST', key, json: {} });
+  return (await json(res)).session.id as string;
+}
+
+/** One request of a capability; resolves whether it completed, was refused (402) or failed. */
+type Attempt = (ws: TestWorkspace, i: number) => Promise<'completed' | 'refused' | 'failed'>;
+
+interface Capability {
+  name: string;
+  endpoint: string;
+  /** Per-workspace setup (apps, agents, sessions) before the burst. */
+  setup(ws: TestWorkspace): Promise<Attempt>;
+}
+
+const message = 'Tell me about metering. '.repeat(8);
+
+const capabilities: Capability[] = [
+  {
+    name: 'app chat, plain',
+    endpoint: '/apps/{appId}/chat/message',
+    async setup(ws) {
+      const appId = await createApp(ws.apiKey);
+      return async () => {
+        const res = await ts.api(`/apps/${appId}/chat/message`, {
+          method: 'POST',
+          key: ws.apiKey,
+          json: { message, role: 'student' },
+        });
+        await res.text();
+        return res.status === 200 ? 'completed' : res.status === 402 ? 'refused' : 'failed';
+      };
+    },
+  },
+  {
+    name: 'app chat, streaming',
+    endpoint: '/apps/{appId}/chat/message/stream',
+    async setup(ws) {
+      const appId = await createApp(ws.apiKey);
+      return async () => {
+        const res = await ts.api(`/apps/${appId}/chat/message/stream`, {
+          method: 'POST',
+          key: ws.apiKey,
+          json: { message, role: 'student' },
+        });
+        const text = await res.text();
+        if (res.status === 402) return 'refused';
+        if (res.status !== 200) return 'failed';
+        const last = text
+          .split('\n')
+          .filter((l) => l.startsWith('data: '))
+          .map((l) => JSON.parse(l.slice(6)))
+          .at(-1);
+        return last?.type === 'done' ? 'completed' : 'failed';
+      };
+    },
+  },
+  {
+    name: 'agent turns',
+    endpoint: '/managed-agents/sessions/{sessionId}/messages',
+    async setup(ws) {
+      const agentId = await createAgent(ws.apiKey);
+      const sessions = await Promise.all(Array.from({ length: N }, () => createSession(ws.apiKey, agentId)));
+      return async (_ws, i) => {
+        const res = await ts.api(`/managed-agents/sessions/${sessions[i % sessions.length]}/messages`, {
+          method: 'POST',
+          key: ws.apiKey,
+          json: { message },
+        });
+        if (res.status === 402) {
+          await res.text();
+          return 'refused';
+        }
+        if (res.status !== 200) return 'failed';
+        const text = await res.text();
+        if (text.includes('"type":"run.completed"')) return 'completed';
+        // A hold refused when the run started: the turn fails before any model call.
+        return text.includes('INSUFFICIENT_CREDITS') ? 'refused' : 'failed';
+      };
+    },
+  },
+  {
+    name: 'autonomous runs',
+    endpoint: '/managed-agents/agents/{agentId}/runs',
+    async setup(ws) {
+      const agentId = await createAgent(ws.apiKey, true);
+      return async () => {
+        const res = await ts.api(`/managed-agents/agents/${agentId}/runs`, {
+          method: 'POST',
+          key: ws.apiKey,
+          json: { task: message },
+        });
+        if (res.status === 402) return 'refused';
+        if (res.status !== 201) return 'failed';
+        const { runId } = await json<{ runId: string }>(res);
+        for (;;) {
+          const d = await json(
+            await ts.api(`/managed-agents/agents/${agentId}/runs/${runId}`, { key: ws.apiKey }),
+          );
+          if (d.run.status === 'completed') return 'completed';
+          if (d.run.status === 'failed' || d.run.status === 'cancelled') {
+            // Refused at its hold (before any model call) or stopped mid-way.
+            return String(d.run.error ?? '').includes('Insufficient credits') &&
+              !(await sql('select 1 from usage_records where run_id = ?', [runId])).length
+              ? 'refused'
+              : 'failed';
+          }
+          await new Promise((r) => setTimeout(r, 50));
+        }
+      };
+    },
+  },
+  {
+    name: 'artifacts',
+    endpoint: '/artifacts/generate',
+    async setup(ws) {
+      return async () => {
+        const res = await ts.api('/artifacts/generate', {
+          method: 'POST',
+          key: ws.apiKey,
+          json: artifactBody,
+        });
+        await res.text();
+        return res.status === 200 || res.status === 201
+          ? 'completed'
+          : res.status === 402
+            ? 'refused'
+            : 'failed';
+      };
+    },
+  },
+];
+
+describe('credit bursts: no unpaid work, no starvation, no charge without an answer', {
+  timeout: 300_000,
+}, () => {
+  for (const cap of capabilities) {
+    it(cap.name, async () => {
+      // Learn the reply length, and one complete request's cost.
+      const attemptRich = await cap.setup(rich);
+      for (let i = 0; i < 3; i++) expect(await attemptRich(rich, i)).toBe('completed');
+      const costs = await sql<{ c: string }>(
+        `select cost_micros as c from usage_records
+          where workspace_id = ? and endpoint = ? and provider_status = 'success'`,
+        [rich.workspaceId, cap.endpoint],
+      );
+      const cost = Math.max(...costs.map((r) => Number(r.c)));
+      expect(cost).toBeGreaterThan(0);
+
+      const credits = K * cost;
+      const ws = await createTestWorkspace(ts, { creditsUsd: (credits / 1e6).toFixed(6) });
+      const attempt = await cap.setup(ws);
+      const outcomes = await Promise.all(Array.from({ length: N }, (_, i) => attempt(ws, i)));
+
+      const completed = outcomes.filter((o) => o === 'completed').length;
+      const recs = await sql<{ cost_micros: string; provider_status: string; request_id: string }>(
+        'select cost_micros, provider_status, request_id from usage_records where workspace_id = ?',
+        [ws.workspaceId],
+      );
+      const used = recs.reduce((s, r) => s + Number(r.cost_micros), 0);
+      const incomplete = recs
+        .filter((r) => r.provider_status !== 'success')
+        .reduce((s, r) => s + Number(r.cost_micros), 0);
+      const balance = Number(
+        (
+          await sql<{ b: string }>('select credit_balance_micros as b from workspaces where id = ?', [
+            ws.workspaceId,
+          ])
+        )[0]?.b,
+      );
+      const summary = { cap: cap.name, outcomes: count(outcomes), cost, credits, used, incomplete, balance };
+
+      // No starvation.
+      expect(completed, JSON.stringify(summary)).toBeGreaterThanOrEqual(Math.ceil(0.6 * K));
+      // No unpaid work.
+      expect(used, JSON.stringify(summary)).toBeLessThanOrEqual(credits + cost);
+      expect(balance).toBeGreaterThanOrEqual(-cost);
+      // No charge without an answer.
+      expect(incomplete, JSON.stringify(summary)).toBeLessThanOrEqual(cost);
+      // What the ledger took is what was recorded (refused requests: nothing), and no hold is left.
+      const ledger = await sql<{ amount_micros: string; kind: string; ref: string }>(
+        "select amount_micros, kind, ref from credit_ledger where workspace_id = ? and kind <> 'grant'",
+        [ws.workspaceId],
+      );
+      const net = -ledger.reduce((s, l) => s + Number(l.amount_micros), 0);
+      expect(net).toBe(credits - balance);
+      expect(net).toBeLessThanOrEqual(used);
+      expect(await sql('select 1 from credit_holds where workspace_id = ?', [ws.workspaceId])).toHaveLength(
+        0,
+      );
+      expect(completed + outcomes.filter((o) => o === 'refused').length).toBeGreaterThanOrEqual(N - 1);
+    });
+  }
+});
+
+const count = (xs: string[]) => {
+  const m: Record<string, number> = {};
+  for (const x of xs) m[x] = (m[x] ?? 0) + 1;
+  return m;
+};
+
+describe('the /chat token quota under a burst', { timeout: 120_000 }, () => {
+  it('uses at most Q plus one request; the rest get 403 Token limit exceeded up front', async () => {
+    const chat = (key: string) =>
+      ts.api('/chat', {
+        method: 'POST',
+        key,
+        json: { messages: [{ role: 'user', content: 'Hello there' }] },
+      });
+    for (let i = 0; i < 3; i++) {
+      const res = await chat(rich.apiKey);
+      expect(res.status).toBe(200);
+      await res.text();
+    }
+    await new Promise((r) => setTimeout(r, 100)); // batched usage records
+    const [one] = await sql<{ t: string }>(
+      `select max(input_tokens + output_tokens) as t from usage_records where workspace_id = ? and endpoint = '/chat'`,
+      [rich.workspaceId],
+    );
+    const perRequest = Number(one?.t);
+    expect(perRequest).toBeGreaterThan(0);
+    const quota = 4 * perRequest;
+    const ws = await createTestWorkspace(ts, { monthlyTokenQuota: quota });
+    const before = ts.fake.requests.length;
+    const results = await Promise.all(
+      Array.from({ length: N }, async () => {
+        const res = await chat(ws.apiKey);
+        return { status: res.status, body: await res.text() };
+      }),
+    );
+    const ok = results.filter((r) => r.status === 200);
+    const refused = results.filter((r) => r.status === 403);
+    expect(ok.length + refused.length).toBe(N);
+    for (const r of refused) expect(JSON.parse(r.body)).toEqual({ error: 'Token limit exceeded' });
+    // Refused up front: only the admitted ones reached the model.
+    expect(ts.fake.requests.length - before).toBe(ok.length);
+    expect(ok.length).toBeGreaterThanOrEqual(3);
+    await new Promise((r) => setTimeout(r, 100));
+    const [u] = await sql<{ tokens: string; reserved: string }>(
+      'select tokens, reserved from workspace_token_usage where workspace_id = ?',
+      [ws.workspaceId],
+    );
+    expect(Number(u?.tokens)).toBeLessThanOrEqual(quota + perRequest);
+    // Every reservation was released with its usage record.
+    expect(Number(u?.reserved)).toBe(0);
+    expect(
+      await sql('select 1 from token_reservations where workspace_id = ?', [ws.workspaceId]),
+    ).toHaveLength(0);
+    // The next request is refused.
+    const next = await chat(ws.apiKey);
+    expect(next.status).toBe(403);
+    await next.text();
+  });
+});

@@ -1,0 +1,263 @@
+import type { EntityManager } from '@mikro-orm/postgresql';
+import type { Logger } from 'pino';
+import type { BusMessage } from './bus.js';
+import { runStore } from './store.js';
+import type { RunEvent, RunStatus } from './types.js';
+
+/** Events kept in memory once written, per run, for readers that fall a little behind. */
+const KEEP_WRITTEN = 2000;
+
+/**
+ * The event log of a run while this process executes it (docs/run-engine.md, "Streams").
+ * The worker assigns sequences in memory (it holds the lease, so it is the only writer),
+ * hands each event to this process's readers at once, and the node's `EventWriter` writes
+ * them to `run_events` in batches. `written` is the durable horizon: a reader that starts
+ * below the first event held here replays from the database, then continues from memory.
+ */
+export class LiveLog {
+  readonly events: RunEvent[] = [];
+  /** Sequence of `events[0]` (or of the next event while empty). */
+  firstSeq: number;
+  nextSeq: number;
+  /** Highest sequence readers may see. */
+  delivered: number;
+  /** Highest sequence handed to the writer / known durable. */
+  taken: number;
+  written: number;
+  /**
+   * Set by `tool_call.pending`: the integrator may answer as soon as it sees that event, and
+   * its answer is appended by whoever receives it, so nothing from here on is shown or written
+   * before the run is parked and its lease released (the sequences stay this worker's alone).
+   */
+  heldFrom: number | undefined;
+  /** Why this worker may not go on: the run was cancelled, or its lease lost. */
+  gone: 'cancelled' | 'lost' | undefined;
+  ended = false;
+  private waiters = new Set<() => void>();
+
+  constructor(
+    readonly runId: string,
+    lastSeq: number,
+    readonly onGone: (why: 'cancelled' | 'lost') => void,
+  ) {
+    this.firstSeq = lastSeq + 1;
+    this.nextSeq = lastSeq + 1;
+    this.delivered = lastSeq;
+    this.taken = lastSeq;
+    this.written = lastSeq;
+  }
+
+  append(type: string, payload: Record<string, unknown>): RunEvent {
+    const ev: RunEvent = { runId: this.runId, seq: this.nextSeq++, type, payload, createdAt: new Date() };
+    this.events.push(ev);
+    if (type === 'tool_call.pending' && this.heldFrom === undefined) this.heldFrom = ev.seq;
+    if (this.heldFrom === undefined) {
+      this.delivered = ev.seq;
+      this.wake();
+    }
+    return ev;
+  }
+
+  /** An event written by someone else (the terminal event), after everything here. */
+  appendWritten(ev: RunEvent): void {
+    this.events.push(ev);
+    this.nextSeq = ev.seq + 1;
+    this.taken = this.written = ev.seq;
+    this.delivered = ev.seq;
+    this.wake();
+  }
+
+  /** Events readers may see after `afterSeq`. */
+  since(afterSeq: number): RunEvent[] {
+    if (afterSeq >= this.delivered) return [];
+    const from = Math.max(0, afterSeq + 1 - this.firstSeq);
+    return this.events.slice(from, this.delivered - this.firstSeq + 1);
+  }
+
+  /** Events the writer may take now (not held). Marks them taken. */
+  takeWritable(all = false): RunEvent[] {
+    const limit = all || this.heldFrom === undefined ? this.nextSeq - 1 : this.heldFrom - 1;
+    if (limit <= this.taken) return [];
+    const out = this.events.slice(this.taken + 1 - this.firstSeq, limit - this.firstSeq + 1);
+    this.taken = limit;
+    return out;
+  }
+
+  markWritten(upTo: number): void {
+    this.written = Math.max(this.written, upTo);
+    // Memory stays bounded for long runs: drop the oldest written events.
+    const excess = this.written - this.firstSeq + 1 - KEEP_WRITTEN;
+    if (excess > 0) {
+      this.events.splice(0, excess);
+      this.firstSeq += excess;
+    }
+  }
+
+  /** A write failed: take its events again next time. */
+  untake(): void {
+    this.taken = this.written;
+  }
+
+  get unwritten(): number {
+    return this.nextSeq - 1 - this.written;
+  }
+
+  /** The execution is over: show what was held (now written), wake readers. */
+  end(): void {
+    this.heldFrom = undefined;
+    this.delivered = Math.min(this.written, this.nextSeq - 1);
+    this.ended = true;
+    this.wake();
+  }
+
+  /** Resolves on the next event (or end), or after `ms`, or when `signal` aborts. */
+  wait(ms: number, signal?: AbortSignal): Promise<void> {
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        signal?.removeEventListener('abort', done);
+        this.waiters.delete(done);
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      signal?.addEventListener('abort', done, { once: true });
+      this.waiters.add(done);
+    });
+  }
+
+  private wake(): void {
+    const ws = [...this.waiters];
+    this.waiters.clear();
+    for (const w of ws) w();
+  }
+}
+
+export interface EventWriterOptions {
+  em: () => EntityManager;
+  log: Logger;
+  owner: string;
+  /** Longest time an event waits before its batch is written (ms). */
+  flushMs: number;
+  /** A batch is written at once when this many events wait. */
+  maxBatch: number;
+  notification: (msg: BusMessage) => { channel: string; payload: string } | undefined;
+}
+
+/**
+ * Writes the events of every run this process executes: whatever gathered over `flushMs` (or
+ * `maxBatch` events) goes out in one statement, one multi-row insert and one NOTIFY for all
+ * runs. One write at a time; a failed write is retried with the next batch.
+ */
+export class EventWriter {
+  private dirty = new Set<LiveLog>();
+  private queued = 0;
+  private timer: NodeJS.Timeout | undefined;
+  private chain: Promise<void> = Promise.resolve();
+  private closed = false;
+
+  constructor(private readonly opts: EventWriterOptions) {}
+
+  mark(log: LiveLog): void {
+    this.dirty.add(log);
+    this.queued++;
+    if (this.queued >= this.opts.maxBatch) this.flush();
+    else if (!this.timer && !this.closed) {
+      this.timer = setTimeout(() => this.flush(), this.opts.flushMs);
+    }
+  }
+
+  /** Writes what waits now (after any write in flight). */
+  flush(): Promise<void> {
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = undefined;
+    this.chain = this.chain.then(() => this.writeBatch());
+    return this.chain;
+  }
+
+  /**
+   * Takes a run out of the batching: waits for the write in flight, then returns the events
+   * of `log` not yet written (held ones included) for the caller's own transaction.
+   */
+  async drain(log: LiveLog): Promise<RunEvent[]> {
+    await this.chain;
+    this.dirty.delete(log);
+    return log.takeWritable(true);
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    await this.flush();
+  }
+
+  private async writeBatch(): Promise<void> {
+    this.queued = 0;
+    const batch: { log: LiveLog; upTo: number }[] = [];
+    const events: RunEvent[] = [];
+    for (const log of this.dirty) {
+      const evs = log.takeWritable();
+      if (evs.length === 0) continue;
+      batch.push({ log, upTo: (evs.at(-1) as RunEvent).seq });
+      events.push(...evs);
+    }
+    this.dirty.clear();
+    if (events.length === 0) return;
+    const runIds = batch.map((b) => b.log.runId);
+    try {
+      const statuses = await runStore.writeEvents(
+        this.opts.em(),
+        this.opts.owner,
+        events,
+        this.opts.notification({ t: 'events', runIds }),
+      );
+      for (const { log, upTo } of batch) this.settle(log, upTo, statuses.get(log.runId));
+    } catch (err) {
+      if (batch.length > 1) {
+        // One bad run (deleted meanwhile) must not hold back the others: one run per statement.
+        this.opts.log.warn({ err }, 'run event batch failed; writing run by run');
+        for (const { log } of batch) log.untake();
+        for (const { log } of batch) await this.writeOne(log);
+        return;
+      }
+      this.opts.log.warn({ err }, 'run event write failed; retrying');
+      for (const { log } of batch) {
+        log.untake();
+        this.dirty.add(log);
+      }
+      if (!this.closed && !this.timer) this.timer = setTimeout(() => this.flush(), this.opts.flushMs * 4);
+    }
+  }
+
+  private async writeOne(log: LiveLog): Promise<void> {
+    const evs = log.takeWritable();
+    if (evs.length === 0) return;
+    try {
+      const statuses = await runStore.writeEvents(
+        this.opts.em(),
+        this.opts.owner,
+        evs,
+        this.opts.notification({ t: 'events', runIds: [log.runId] }),
+      );
+      this.settle(log, (evs.at(-1) as RunEvent).seq, statuses.get(log.runId));
+    } catch (err) {
+      this.opts.log.error({ err, runId: log.runId }, 'run events could not be written; stopping the run');
+      log.untake();
+      this.dirty.delete(log);
+      log.gone = 'lost';
+      log.onGone('lost');
+    }
+  }
+
+  private settle(log: LiveLog, upTo: number, status: RunStatus | undefined): void {
+    if (status === undefined) {
+      // The lease is no longer ours (another worker recovered the run): stop producing.
+      log.gone ??= 'lost';
+      log.onGone('lost');
+      return;
+    }
+    log.markWritten(upTo);
+    if (status === 'cancelled') {
+      log.gone ??= 'cancelled';
+      log.onGone('cancelled');
+    }
+  }
+}
