@@ -151,9 +151,9 @@ describe('an owner at work', () => {
       // The overview counts the reply, under "console (no key)".
       await page.getByRole('link', { name: 'Overview' }).click();
       await expect.poll(() => page.getByTestId('total-requests').textContent()).toBe('1');
-      await expect.poll(() => page.getByRole('table', { name: 'Usage by API key' }).textContent()).toContain(
-        'console (no key)',
-      );
+      await expect
+        .poll(() => page.getByRole('table', { name: 'Usage by API key' }).textContent())
+        .toContain('console (no key)');
       await screenshots(page, 'overview');
       expect(problems).toEqual([]);
     } finally {
@@ -174,14 +174,14 @@ describe('agents', () => {
       await expect
         .poll(() => page.getByTestId('config-defaults').textContent())
         .toContain('"web_fetch": false');
-      await expect.poll(() => page.getByTestId('config-overrides').textContent()).toBe(
-        'Differs from the defaults at: nothing',
-      );
+      await expect
+        .poll(() => page.getByTestId('config-overrides').textContent())
+        .toBe('Differs from the defaults at: nothing');
 
       await page.getByLabel('Config change (JSON)').fill('{"capabilities": {"tools": {"web_fetch": true}}}');
-      await expect.poll(() => page.getByTestId('config-changes').textContent()).toBe(
-        'This changes: capabilities.tools.web_fetch',
-      );
+      await expect
+        .poll(() => page.getByTestId('config-changes').textContent())
+        .toBe('This changes: capabilities.tools.web_fetch');
       await page.getByRole('button', { name: 'Save config' }).click();
       await expect
         .poll(() => page.getByTestId('config-overrides').textContent())
@@ -273,7 +273,9 @@ describe('storage and insights', () => {
         .getByTestId('message-assistant')
         .filter({ hasText: 'Our opening hours are 9 to 5.' })
         .waitFor();
-      await expect.poll(() => page.getByTestId('message-user').first().textContent()).toContain('When are you open?');
+      await expect
+        .poll(() => page.getByTestId('message-user').first().textContent())
+        .toContain('When are you open?');
       await expectAccessible(page, 'insights conversation');
       await screenshots(page, 'insights');
       expect(problems).toEqual([]);
@@ -363,7 +365,9 @@ describe('apps', () => {
       await page.getByRole('button', { name: 'Create widget token' }).click();
       const token = (await page.getByTestId('widget-token').textContent()) ?? '';
       expect(token).toMatch(/^svc_wt_/);
-      await expect.poll(() => page.getByTestId('embed-snippet').textContent()).toContain(`widgetToken: '${token}'`);
+      await expect
+        .poll(() => page.getByTestId('embed-snippet').textContent())
+        .toContain(`widgetToken: '${token}'`);
       await expect.poll(() => page.getByText('https://shop.example · 0/50 requests').count()).toBe(1);
       await expectAccessible(page, 'app');
       await screenshots(page, 'app');
