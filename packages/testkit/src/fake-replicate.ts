@@ -54,6 +54,8 @@ export interface FakeReplicateBehaviour {
   quota?: { status: 402 | 429; detail: string };
   /** Delay before answering a create, ms. */
   createDelayMs?: number;
+  /** Answer the first N polls of each prediction with 429 (throttled), as Replicate may. */
+  throttlePolls?: number;
 }
 
 export interface FakeReplicateOptions extends FakeReplicateBehaviour {
@@ -242,6 +244,14 @@ export async function startFakeReplicate(opts: FakeReplicateOptions = {}): Promi
       if (!p) return problem(res, 404, 'Not found', 'The requested resource could not be found.');
       p.polls++;
       const b = behaviours.get(p.id) ?? {};
+      if (b.throttlePolls && p.polls <= b.throttlePolls) {
+        return problem(
+          res,
+          429,
+          'Request was throttled',
+          'Request was throttled. Expected available in 1 second.',
+        );
+      }
       if (!TERMINAL.has(p.status)) {
         p.status = 'processing';
         p.started_at ??= now();

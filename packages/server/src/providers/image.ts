@@ -45,6 +45,44 @@ export class ImageAbortedError extends Error {
   override name = 'ImageAbortedError';
 }
 
+/**
+ * An answer the `replicate` client would retry on its own (429 for any request, 5xx for a GET),
+ * surfaced after the first one: the client re-sends such a request up to six times, without
+ * reading `Retry-After`, which would turn a quota refusal into a burst of identical requests.
+ */
+export class ReplicateRetryableAnswer extends Error {
+  override name = 'ReplicateRetryableAnswer';
+  constructor(
+    readonly status: number,
+    readonly body: string,
+  ) {
+    super(`HTTP ${status}`);
+  }
+}
+
+/**
+ * The `fetch` given to the `replicate` client: one network request per client request. The
+ * client's retry loop calls `fetch` again with the same `init` object, so a refused `init`
+ * answers every further call with the same error, without sending anything, and the client
+ * gives it up at once.
+ */
+export function replicateFetchOnce(inner: typeof fetch = fetch): typeof fetch {
+  const refused = new WeakMap<object, ReplicateRetryableAnswer>();
+  return async (input, init) => {
+    const key = init ?? {};
+    const seen = refused.get(key);
+    if (seen) throw seen;
+    const res = await inner(input, init);
+    const method = (init?.method ?? 'GET').toUpperCase();
+    if (res.status === 429 || (method === 'GET' && res.status >= 500)) {
+      const answer = new ReplicateRetryableAnswer(res.status, await res.text().catch(() => ''));
+      if (init) refused.set(init, answer);
+      throw answer;
+    }
+    return res;
+  };
+}
+
 export interface ImageProviderSettings {
   /** Seconds the create asks Replicate to hold the answer (`Prefer: wait=N`); 0: no header. */
   preferWaitSeconds: number;
@@ -135,6 +173,7 @@ export class ReplicateImageProvider implements ImageProvider {
           baseUrl: this.provider.baseUrl,
           useFileOutput: false,
           userAgent: 'ai-suite',
+          fetch: replicateFetchOnce(),
         }),
     );
     this.client = await this.clientPromise;
@@ -148,13 +187,15 @@ export class ReplicateImageProvider implements ImageProvider {
       input.image = `data:${req.source.mimeType};base64,${req.source.bytes.toString('base64')}`;
     }
     const [ref, version] = req.model.upstream.split(':');
+    // Replicate holds the create at most this long: never past the total timeout.
+    const wait = Math.min(this.settings.preferWaitSeconds, Math.floor(this.settings.timeoutMs / 1000));
     let prediction: Prediction;
     try {
       // Not aborted by the caller's signal: once created, the prediction is canceled by id.
       prediction = await this.client.predictions.create({
         ...(version ? { version } : { model: ref as `${string}/${string}` }),
         input,
-        ...(this.settings.preferWaitSeconds > 0 ? { wait: this.settings.preferWaitSeconds } : {}),
+        ...(wait > 0 ? { wait } : {}),
       });
     } catch (err) {
       throw this.apiError(err);
@@ -167,7 +208,9 @@ export class ReplicateImageProvider implements ImageProvider {
       }
       if (Date.now() - started >= this.settings.timeoutMs) {
         await this.cancel(prediction.id);
-        throw new ImageProviderError(`timed out after ${Math.round(this.settings.timeoutMs / 1000)} s`);
+        throw new ImageProviderError(
+          `timed out after ${Number((this.settings.timeoutMs / 1000).toFixed(1))} s`,
+        );
       }
       await sleep(Math.min(delay, Math.max(0, this.settings.timeoutMs - (Date.now() - started))), req.signal);
       delay = Math.min(this.settings.pollMaxMs, Math.ceil(delay * 1.5));
@@ -175,6 +218,9 @@ export class ReplicateImageProvider implements ImageProvider {
       try {
         prediction = await this.client.predictions.get(prediction.id);
       } catch (err) {
+        // A throttled or failing poll is tried again at the next delay, within the total timeout.
+        if (err instanceof ReplicateRetryableAnswer) continue;
+        await this.cancel(prediction.id);
         throw this.apiError(err);
       }
     }
@@ -200,6 +246,11 @@ export class ReplicateImageProvider implements ImageProvider {
   }
 
   private apiError(err: unknown): Error {
+    if (err instanceof ReplicateRetryableAnswer) {
+      const text = providerText(err.status, err.body);
+      if (err.status === 429) return new ImageQuotaError(text);
+      return new ImageProviderError(`HTTP ${err.status}: ${text}`);
+    }
     const e = err as { response?: Response; message?: string };
     if (!e.response) return new ImageProviderError('the provider could not be reached');
     const status = e.response.status;

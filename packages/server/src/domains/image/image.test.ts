@@ -141,6 +141,38 @@ describe('POST /image through the Replicate fake', () => {
     expect(await creditBalance(ts, ws.workspaceId)).toBe(before);
   });
 
+  it("a throttled create (429) is answered at once with Replicate's message, sent once, and costs nothing", async () => {
+    const detail =
+      'Request was throttled. Your rate limit for prediction creation is 600 requests per minute.';
+    ts.replicate.set({ quota: { status: 429, detail } });
+    const before = await creditBalance(ts, ws.workspaceId);
+    const creates = () =>
+      ts.replicate.requests.filter((r) => r.method === 'POST' && !r.path.endsWith('/cancel'));
+    const sent = creates().length;
+    const res = await post({ prompt: 'throttled' });
+    expect(res.status).toBe(429);
+    expect(await res.json()).toEqual({ error: detail, code: 'PROVIDER_QUOTA_EXCEEDED' });
+    // The `replicate` client alone would send the create six times; the server sends it once.
+    expect(creates().length).toBe(sent + 1);
+    expect(await creditBalance(ts, ws.workspaceId)).toBe(before);
+    const usage = await ts.server.deps
+      .em()
+      .execute<{ cost_micros: string; provider_status: string }[]>(
+        `select cost_micros, provider_status from usage_records where request_id = ?`,
+        [res.headers.get('x-request-id')],
+      );
+    expect(usage.map((u) => [Number(u.cost_micros), u.provider_status])).toEqual([[0, 'error']]);
+  });
+
+  it('a throttled poll (429) is polled again and the generation succeeds', async () => {
+    ts.replicate.set({ pollsBeforeDone: 3, throttlePolls: 2 });
+    const res = await post({ prompt: 'throttled polls' });
+    expect(res.status).toBe(200);
+    const p = [...ts.replicate.predictions.values()].find((x) => x.input.prompt === 'throttled polls');
+    expect(p?.status).toBe('succeeded');
+    expect(p?.polls).toBeGreaterThanOrEqual(3);
+  });
+
   it('a caller that goes away cancels the prediction and pays nothing', async () => {
     ts.replicate.set({ hang: true });
     const before = await creditBalance(ts, ws.workspaceId);
@@ -159,6 +191,43 @@ describe('POST /image through the Replicate fake', () => {
       await new Promise((r) => setTimeout(r, 10));
     }
     expect(await creditBalance(ts, ws.workspaceId)).toBe(before);
+  });
+});
+
+describe('POST /image: the total timeout (IMAGE_TIMEOUT_MS)', () => {
+  let quick: ImageTestServer;
+  beforeAll(async () => {
+    // The same database, a server whose whole provider call may take 300 ms.
+    quick = await startImageTestServer({ db: ts.db, env: { IMAGE_TIMEOUT_MS: '300' } });
+  });
+  afterAll(() => quick?.close());
+
+  it('a prediction that never finishes is canceled at the provider: 500, and nothing is charged', async () => {
+    quick.replicate.set({ hang: true });
+    const before = await creditBalance(ts, ws.workspaceId);
+    const res = await quick.api('/image', { method: 'POST', key: ws.apiKey, json: { prompt: 'forever' } });
+    expect(res.status).toBe(500);
+    expect(await res.json()).toEqual({
+      error: 'Failed to generate image: timed out after 0.3 s',
+      code: 'IMAGE_GENERATION_FAILED',
+    });
+    const [p] = [...quick.replicate.predictions.values()];
+    expect(p?.status).toBe('canceled');
+    // Prefer: wait is capped by the total timeout (here: under a second, so none is sent).
+    expect(p?.preferWait).toBeNull();
+    expect(
+      quick.replicate.requests.filter(
+        (r) => r.method === 'POST' && r.path === `/v1/predictions/${p?.id}/cancel`,
+      ),
+    ).toHaveLength(1);
+    expect(await creditBalance(ts, ws.workspaceId)).toBe(before);
+    const usage = await ts.server.deps
+      .em()
+      .execute<{ cost_micros: string; provider_status: string }[]>(
+        `select cost_micros, provider_status from usage_records where request_id = ?`,
+        [res.headers.get('x-request-id')],
+      );
+    expect(usage.map((u) => [Number(u.cost_micros), u.provider_status])).toEqual([[0, 'error']]);
   });
 });
 
@@ -221,11 +290,39 @@ describe('POST /image: the ultrasound profile and the OpenAI-compatible provider
     expect(byModel.status).toBe(400);
     expect((await byModel.json()).code).toBe('PROVIDER_NOT_ALLOWED');
     ts.openai.set({ quota: 'You exceeded your current quota, please check your plan and billing details.' });
+    const before = await creditBalance(ts, ws.workspaceId);
+    const sent = ts.openai.requests.length;
     const quota = await post({ profile: 'ultrasound', provider: 'openai', image: scanB64 });
     expect(quota.status).toBe(429);
-    expect((await quota.json()).error).toBe(
-      'You exceeded your current quota, please check your plan and billing details.',
-    );
+    expect(await quota.json()).toEqual({
+      error: 'You exceeded your current quota, please check your plan and billing details.',
+      code: 'PROVIDER_QUOTA_EXCEEDED',
+    });
+    // Sent once: the `openai` client's retries are off for images.
+    expect(ts.openai.requests.length).toBe(sent + 1);
+    expect(await creditBalance(ts, ws.workspaceId)).toBe(before);
+  });
+
+  it('a caller that goes away aborts the OpenAI-compatible request and pays nothing', async () => {
+    ts.openai.set({ hang: true });
+    const before = await creditBalance(ts, ws.workspaceId);
+    const sent = ts.openai.requests.length;
+    const ctl = new AbortController();
+    const pending = post({ profile: 'ultrasound', provider: 'openai', image: scanB64 }, ws.apiKey, {
+      signal: ctl.signal,
+    }).catch((e) => e);
+    await expect.poll(() => ts.openai.requests.length, { timeout: 10_000 }).toBe(sent + 1);
+    ctl.abort();
+    await pending;
+    await expect.poll(() => ts.openai.requests.at(-1)?.aborted, { timeout: 10_000 }).toBe(true);
+    await expect.poll(() => creditBalance(ts, ws.workspaceId), { timeout: 10_000 }).toBe(before);
+    const usage = await ts.server.deps
+      .em()
+      .execute<{ provider_status: string }[]>(
+        `select provider_status from usage_records where workspace_id = ? order by created_at desc limit 1`,
+        [ws.workspaceId],
+      );
+    expect(usage[0]?.provider_status).toBe('aborted');
   });
 });
 
