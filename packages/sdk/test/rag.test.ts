@@ -42,7 +42,7 @@ beforeAll(async () => {
   const s = await createTestSession(ts, ws);
   client = new AiSuite({ baseURL: ts.url, sessionToken: s.token, maxRetries: 0 });
   dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sdk-rag-'));
-}, 60_000);
+}, 180_000);
 afterAll(async () => {
   await ts?.close();
   if (dir) fs.rmSync(dir, { recursive: true, force: true });

@@ -49,7 +49,7 @@ async function startEverything(): Promise<EverythingServer> {
     out += d.toString();
   });
   for (let waited = 0; !out.includes('listening on port'); waited += 100) {
-    if (waited > 30_000 || child.exitCode !== null) {
+    if (waited > 90_000 || child.exitCode !== null) {
       child.kill('SIGKILL');
       throw new Error(`server-everything did not start:\n${out}`);
     }

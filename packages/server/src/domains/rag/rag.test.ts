@@ -57,7 +57,7 @@ beforeAll(async () => {
   ts = await startTestServerWithFakeModel({ fake: { defaultReply: citingModel } });
   ws = await createTestWorkspace(ts, { creditsUsd: '10' });
   session = await createTestSession(ts, ws);
-}, 60_000);
+}, 180_000);
 
 afterAll(async () => {
   await ts?.close();

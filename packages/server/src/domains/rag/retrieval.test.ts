@@ -61,7 +61,7 @@ beforeAll(async () => {
     requestId: 'test',
   });
   expect(n).toBeGreaterThan(30);
-}, 60_000);
+}, 180_000);
 afterAll(() => ts?.close());
 
 async function embed(text: string): Promise<number[]> {

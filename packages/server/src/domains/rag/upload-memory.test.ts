@@ -20,7 +20,7 @@ beforeAll(async () => {
   ts = await startTestServerWithFakeModel();
   ws = await createTestWorkspace(ts, { creditsUsd: '5' });
   session = await createTestSession(ts, ws);
-}, 60_000);
+}, 180_000);
 afterAll(() => ts?.close());
 
 /**
