@@ -1,4 +1,5 @@
 export * from './fake-demo.js';
+export * from './fake-oidc.js';
 export * from './fake-openai.js';
 export * from './fake-openai-images.js';
 export * from './fake-replicate.js';

@@ -24,6 +24,46 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/auth/providers": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * How people can sign in here (for the sign-in page)
+         * @description Public. `oidc` is null unless `OIDC_ISSUER` is set; its `startUrl` is where a browser goes to sign in with the identity provider (add `?returnTo=<path on this site>`).
+         */
+        get: operations["identity-providers"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/auth/password": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Change your password (signs out your other sessions)
+         * @description Session only. `currentPassword` must be right (400 `INVALID_CURRENT_PASSWORD`; failures count like failed sign-ins, 429 once used up); `newPassword` has at least 8 characters (400 `WEAK_PASSWORD`). Every other session of yours is revoked; this one keeps working. An account that signs in only through the identity provider has no password (400 `NO_PASSWORD`).
+         */
+        post: operations["identity-changePassword"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/auth/sign-in": {
         parameters: {
             query?: never;
@@ -1350,6 +1390,46 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/auth/oidc/start": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Sign in with the identity provider (OIDC): redirects the browser there
+         * @description Browsers navigate here (it is not an API call). Answers 302 to the provider’s authorization endpoint (authorization-code flow with PKCE S256, `state` and `nonce`) and sets a short-lived HTTP-only cookie with what the callback needs. `returnTo` is where the browser lands after signing in: a path on this site only (400 `INVALID_RETURN_TO` for anything else, such as `https://…` or `//host`); default `/`. 404 `OIDC_NOT_CONFIGURED` without `OIDC_ISSUER`; 502 when the provider’s discovery document cannot be read.
+         */
+        get: operations["auth-oidc-start"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/auth/oidc/callback": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Where the identity provider sends the browser back (OIDC redirect URI)
+         * @description Register `<PUBLIC_BASE_URL>/api/v1/auth/oidc/callback` (or `OIDC_REDIRECT_URI`) with the provider. Checks the `state` against the browser’s pending sign-in, exchanges the code with the PKCE verifier, verifies the ID token (signature against the provider’s JWKS, issuer, audience, expiry, nonce), then signs the person in: a linked identity, else the account with the provider-verified email (linked), else a new account when the email has pending invitations or sign-up is enabled. Answers 302 to `returnTo` with the session cookie set. Errors: 400 `OIDC_STATE_INVALID`; 401 `OIDC_PROVIDER_REFUSED`, `OIDC_TOKEN_INVALID`, `OIDC_EMAIL_MISSING`; 403 `OIDC_EMAIL_UNVERIFIED`, `OIDC_DOMAIN_NOT_ALLOWED`, `SIGNUP_DISABLED`; 409 `OIDC_IDENTITY_CONFLICT`; 502 `OIDC_PROVIDER_UNAVAILABLE`.
+         */
+        get: operations["auth-oidc-callback"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -1611,6 +1691,81 @@ export interface components {
                 message: string;
             }[];
         };
+        AuthProviders: {
+            /** @description Email and password sign-in (`POST /auth/sign-in`): always available */
+            password: boolean;
+            /** @description Open sign-up (`POST /auth/sign-up`, `AUTH_SIGNUP_ENABLED`) */
+            signUp: boolean;
+            /** @description Sign-in with the identity provider; null when `OIDC_ISSUER` is not set */
+            oidc: {
+                /** @description What the button says: "Sign in with <name>" (`OIDC_PROVIDER_NAME`) */
+                name: string;
+                /** @description Where a browser goes to sign in, relative to the server’s origin (`/api/v1/auth/oidc/start`); add `?returnTo=<path on this site>` */
+                startUrl: string;
+            } | null;
+        };
+        PasswordChanged: {
+            /** @constant */
+            passwordChanged: true;
+            /** @description Other sessions of the user that were signed out */
+            sessionsRevoked: number;
+        };
+        /**
+         * currentPassword is incorrect; Validation error error (400)
+         * @description The error information
+         * @example {
+         *       "code": "BAD_REQUEST",
+         *       "message": "currentPassword is incorrect; Validation error",
+         *       "issues": []
+         *     }
+         */
+        "error.BAD_REQUEST": {
+            /**
+             * @description The error message
+             * @example currentPassword is incorrect; Validation error
+             */
+            message: string;
+            /**
+             * @description The error code
+             * @example BAD_REQUEST
+             */
+            code: string;
+            /**
+             * @description An array of issues that were responsible for the error
+             * @example []
+             */
+            issues?: {
+                message: string;
+            }[];
+        };
+        /**
+         * Too many failed attempts (Retry-After) error (429)
+         * @description The error information
+         * @example {
+         *       "code": "TOO_MANY_REQUESTS",
+         *       "message": "Too many failed attempts (Retry-After)",
+         *       "issues": []
+         *     }
+         */
+        "error.TOO_MANY_REQUESTS": {
+            /**
+             * @description The error message
+             * @example Too many failed attempts (Retry-After)
+             */
+            message: string;
+            /**
+             * @description The error code
+             * @example TOO_MANY_REQUESTS
+             */
+            code: string;
+            /**
+             * @description An array of issues that were responsible for the error
+             * @example []
+             */
+            issues?: {
+                message: string;
+            }[];
+        };
         SignedIn: {
             session: {
                 id: string;
@@ -1642,62 +1797,6 @@ export interface components {
         };
         /** @enum {string} */
         Role: "owner" | "admin" | "member";
-        /**
-         * Validation error error (400)
-         * @description The error information
-         * @example {
-         *       "code": "BAD_REQUEST",
-         *       "message": "Validation error",
-         *       "issues": []
-         *     }
-         */
-        "error.BAD_REQUEST": {
-            /**
-             * @description The error message
-             * @example Validation error
-             */
-            message: string;
-            /**
-             * @description The error code
-             * @example BAD_REQUEST
-             */
-            code: string;
-            /**
-             * @description An array of issues that were responsible for the error
-             * @example []
-             */
-            issues?: {
-                message: string;
-            }[];
-        };
-        /**
-         * Too many failed sign-ins for this account or address (Retry-After) error (429)
-         * @description The error information
-         * @example {
-         *       "code": "TOO_MANY_REQUESTS",
-         *       "message": "Too many failed sign-ins for this account or address (Retry-After)",
-         *       "issues": []
-         *     }
-         */
-        "error.TOO_MANY_REQUESTS": {
-            /**
-             * @description The error message
-             * @example Too many failed sign-ins for this account or address (Retry-After)
-             */
-            message: string;
-            /**
-             * @description The error code
-             * @example TOO_MANY_REQUESTS
-             */
-            code: string;
-            /**
-             * @description An array of issues that were responsible for the error
-             * @example []
-             */
-            issues?: {
-                message: string;
-            }[];
-        };
         AuthSession: {
             session: {
                 id: string;
@@ -2840,6 +2939,107 @@ export interface operations {
             };
         };
     };
+    "identity-providers": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AuthProviders"];
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Insufficient access */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal server error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "identity-changePassword": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    currentPassword: string;
+                    newPassword: string;
+                };
+            };
+        };
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PasswordChanged"];
+                };
+            };
+            /** @description currentPassword is incorrect; Validation error */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many failed attempts (Retry-After) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
     "identity-signIn": {
         parameters: {
             query?: never;
@@ -2867,7 +3067,7 @@ export interface operations {
                     "application/json": components["schemas"]["SignedIn"];
                 };
             };
-            /** @description Validation error */
+            /** @description currentPassword is incorrect; Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -2894,7 +3094,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Too many failed sign-ins for this account or address (Retry-After) */
+            /** @description Too many failed attempts (Retry-After) */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -3156,7 +3356,7 @@ export interface operations {
                     "application/json": components["schemas"]["CreatedApiKey"];
                 };
             };
-            /** @description Validation error */
+            /** @description currentPassword is incorrect; Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -3485,7 +3685,7 @@ export interface operations {
                     "application/json": components["schemas"]["CreatedInvitation"];
                 };
             };
-            /** @description Validation error */
+            /** @description currentPassword is incorrect; Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -3599,7 +3799,7 @@ export interface operations {
                     "application/json": components["schemas"]["InvitationPreview"];
                 };
             };
-            /** @description Validation error */
+            /** @description currentPassword is incorrect; Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -3638,7 +3838,7 @@ export interface operations {
                     "application/json": components["schemas"]["SignedIn"];
                 };
             };
-            /** @description Validation error */
+            /** @description currentPassword is incorrect; Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -3656,7 +3856,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Too many failed sign-ins for this account or address (Retry-After) */
+            /** @description Too many failed attempts (Retry-After) */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -3695,7 +3895,7 @@ export interface operations {
                     "application/json": components["schemas"]["SignedIn"];
                 };
             };
-            /** @description Validation error */
+            /** @description currentPassword is incorrect; Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -3801,7 +4001,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Validation error */
+            /** @description currentPassword is incorrect; Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -4058,7 +4258,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Validation error */
+            /** @description currentPassword is incorrect; Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -4238,7 +4438,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Validation error */
+            /** @description currentPassword is incorrect; Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -4298,7 +4498,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Validation error */
+            /** @description currentPassword is incorrect; Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -4368,7 +4568,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Validation error */
+            /** @description currentPassword is incorrect; Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -4450,7 +4650,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Validation error */
+            /** @description currentPassword is incorrect; Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -4523,7 +4723,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Validation error */
+            /** @description currentPassword is incorrect; Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -4606,7 +4806,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Validation error */
+            /** @description currentPassword is incorrect; Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -4666,7 +4866,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Validation error */
+            /** @description currentPassword is incorrect; Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -4736,7 +4936,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Validation error */
+            /** @description currentPassword is incorrect; Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -4803,7 +5003,7 @@ export interface operations {
                     "application/json": components["schemas"]["SessionTimeline"];
                 };
             };
-            /** @description Validation error */
+            /** @description currentPassword is incorrect; Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -4878,7 +5078,7 @@ export interface operations {
                     "application/json": components["schemas"]["ToolResultAccepted"];
                 };
             };
-            /** @description Validation error */
+            /** @description currentPassword is incorrect; Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -4946,7 +5146,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Validation error */
+            /** @description currentPassword is incorrect; Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -5010,7 +5210,7 @@ export interface operations {
                     "application/json": components["schemas"]["StorageList"];
                 };
             };
-            /** @description Validation error */
+            /** @description currentPassword is incorrect; Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -5079,7 +5279,7 @@ export interface operations {
                     "application/json": components["schemas"]["DeletedStorageFile"];
                 };
             };
-            /** @description Validation error */
+            /** @description currentPassword is incorrect; Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -5163,7 +5363,7 @@ export interface operations {
                     "application/json": components["schemas"]["StorageFileResult"];
                 };
             };
-            /** @description Validation error */
+            /** @description currentPassword is incorrect; Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -5247,7 +5447,7 @@ export interface operations {
                     "application/json": components["schemas"]["StorageFileResult"];
                 };
             };
-            /** @description Validation error */
+            /** @description currentPassword is incorrect; Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -5321,7 +5521,7 @@ export interface operations {
                     "application/json": components["schemas"]["CreateFolderResult"];
                 };
             };
-            /** @description Validation error */
+            /** @description currentPassword is incorrect; Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -5387,7 +5587,7 @@ export interface operations {
                     "application/json": components["schemas"]["RenameFolderResult"];
                 };
             };
-            /** @description Validation error */
+            /** @description currentPassword is incorrect; Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -5460,7 +5660,7 @@ export interface operations {
                     "application/json": components["schemas"]["PathListing"] | components["schemas"]["PathTree"] | components["schemas"]["PathTreeFull"];
                 };
             };
-            /** @description Validation error */
+            /** @description currentPassword is incorrect; Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -5536,7 +5736,7 @@ export interface operations {
                     "application/json": components["schemas"]["GitHostImportResult"];
                 };
             };
-            /** @description Validation error */
+            /** @description currentPassword is incorrect; Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -5595,7 +5795,7 @@ export interface operations {
                     "application/json": components["schemas"]["AppList"];
                 };
             };
-            /** @description Validation error */
+            /** @description currentPassword is incorrect; Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -5674,7 +5874,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Validation error */
+            /** @description currentPassword is incorrect; Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -5869,7 +6069,7 @@ export interface operations {
                     "application/json": components["schemas"]["AppChatResponse"];
                 };
             };
-            /** @description Validation error */
+            /** @description currentPassword is incorrect; Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -5905,7 +6105,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Too many failed sign-ins for this account or address (Retry-After) */
+            /** @description Too many failed attempts (Retry-After) */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -6121,7 +6321,7 @@ export interface operations {
                     "application/json": components["schemas"]["AppThreadEnvelope"];
                 };
             };
-            /** @description Validation error */
+            /** @description currentPassword is incorrect; Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -6230,7 +6430,7 @@ export interface operations {
                     "application/json": components["schemas"]["AppSaveMessagesResult"];
                 };
             };
-            /** @description Validation error */
+            /** @description currentPassword is incorrect; Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -6311,7 +6511,7 @@ export interface operations {
                     "application/json": components["schemas"]["WidgetTokenList"];
                 };
             };
-            /** @description Validation error */
+            /** @description currentPassword is incorrect; Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -6458,7 +6658,7 @@ export interface operations {
                     "application/json": components["schemas"]["RunList"];
                 };
             };
-            /** @description Validation error */
+            /** @description currentPassword is incorrect; Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -6538,7 +6738,7 @@ export interface operations {
                     "application/json": components["schemas"]["RunCreated"];
                 };
             };
-            /** @description Validation error */
+            /** @description currentPassword is incorrect; Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -6597,7 +6797,7 @@ export interface operations {
                     "application/json": components["schemas"]["RunDetail"];
                 };
             };
-            /** @description Validation error */
+            /** @description currentPassword is incorrect; Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -6680,7 +6880,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Validation error */
+            /** @description currentPassword is incorrect; Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -6750,7 +6950,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Validation error */
+            /** @description currentPassword is incorrect; Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -6819,7 +7019,7 @@ export interface operations {
                     "application/json": components["schemas"]["WorkspaceUsage"];
                 };
             };
-            /** @description Validation error */
+            /** @description currentPassword is incorrect; Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -6887,7 +7087,7 @@ export interface operations {
                     "application/json": components["schemas"]["RequestUsage"];
                 };
             };
-            /** @description Validation error */
+            /** @description currentPassword is incorrect; Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -6954,7 +7154,7 @@ export interface operations {
                     "application/json": components["schemas"]["ModelList"];
                 };
             };
-            /** @description Validation error */
+            /** @description currentPassword is incorrect; Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -7037,7 +7237,7 @@ export interface operations {
                     "application/json": components["schemas"]["RagQueryResult"];
                 };
             };
-            /** @description Validation error */
+            /** @description currentPassword is incorrect; Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -7098,7 +7298,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Validation error */
+            /** @description currentPassword is incorrect; Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -7171,7 +7371,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Validation error */
+            /** @description currentPassword is incorrect; Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -7245,7 +7445,7 @@ export interface operations {
                     "application/json": components["schemas"]["RagDocument"];
                 };
             };
-            /** @description Validation error */
+            /** @description currentPassword is incorrect; Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -7898,6 +8098,136 @@ export interface operations {
             };
             /** @description `Failed to upload files` */
             500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "auth-oidc-start": {
+        parameters: {
+            query?: {
+                /** @description A path on this site, e.g. `/workspaces` */
+                returnTo?: string;
+                /** @description Passed to the provider as `login_hint` */
+                loginHint?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description To the provider’s authorization endpoint */
+            302: {
+                headers: {
+                    Location?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description `INVALID_RETURN_TO` */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `OIDC_NOT_CONFIGURED` */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `OIDC_PROVIDER_UNAVAILABLE` */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "auth-oidc-callback": {
+        parameters: {
+            query?: {
+                code?: string;
+                state?: string;
+                iss?: string;
+                error?: string;
+                error_description?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Signed in: to `returnTo`, with the `aisuite_session` cookie set */
+            302: {
+                headers: {
+                    Location?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description `OIDC_STATE_INVALID` */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `OIDC_PROVIDER_REFUSED`, `OIDC_TOKEN_INVALID`, `OIDC_EMAIL_MISSING` */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `OIDC_EMAIL_UNVERIFIED`, `OIDC_DOMAIN_NOT_ALLOWED`, `SIGNUP_DISABLED` */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `OIDC_NOT_CONFIGURED` */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `OIDC_IDENTITY_CONFLICT` */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `OIDC_PROVIDER_UNAVAILABLE` */
+            502: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -1,6 +1,13 @@
 import type { AiSuite } from '../client.js';
 import { APIPromise } from '../core/api-promise.js';
-import type { AuthSession, InvitationPreview, SessionListItem, SignedIn } from './types.js';
+import type {
+  AuthProviders,
+  AuthSession,
+  InvitationPreview,
+  PasswordChanged,
+  SessionListItem,
+  SignedIn,
+} from './types.js';
 
 /**
  * A person's sign-in and sessions (`/auth/*`). `signIn` and `switchWorkspace` hand the new
@@ -14,6 +21,45 @@ import type { AuthSession, InvitationPreview, SessionListItem, SignedIn } from '
  */
 export class Auth {
   constructor(private readonly client: AiSuite) {}
+
+  /**
+   * How people can sign in on this server (public): password, open sign-up, and the identity
+   * provider (`oidc`: its name and start URL, or null when OIDC is not configured).
+   */
+  providers(opts: { signal?: AbortSignal } = {}): APIPromise<AuthProviders> {
+    return this.client.request({ method: 'GET', path: '/auth/providers', noAuth: true, ...opts });
+  }
+
+  /**
+   * The URL a browser opens to sign in with the identity provider (OIDC). It is a page
+   * navigation, not an API call: the server redirects to the provider and, once the person has
+   * signed in there, back to `returnTo` (a path on the server's site, default `/`) with the
+   * session cookie set.
+   */
+  oidcSignInUrl(opts: { returnTo?: string; loginHint?: string } = {}): string {
+    const url = new URL(`${this.client.baseURL}/auth/oidc/start`);
+    if (opts.returnTo !== undefined) url.searchParams.set('returnTo', opts.returnTo);
+    if (opts.loginHint !== undefined) url.searchParams.set('loginHint', opts.loginHint);
+    return url.toString();
+  }
+
+  /**
+   * Changes the signed-in person's password and signs out their other sessions (this client's
+   * session keeps working). A wrong `currentPassword` is `BadRequestError` (code
+   * `INVALID_CURRENT_PASSWORD`); repeated ones are throttled like failed sign-ins (429).
+   */
+  changePassword(
+    body: { currentPassword: string; newPassword: string },
+    opts: { signal?: AbortSignal } = {},
+  ): APIPromise<PasswordChanged> {
+    return this.client.request({
+      method: 'POST',
+      path: '/auth/password',
+      body,
+      maxRetries: 0,
+      ...opts,
+    });
+  }
 
   /** Email and password; 401 `Invalid email or password`, 429 after repeated failures. */
   signIn(

@@ -42,3 +42,28 @@ export function clearSessionCookie(req: Request, res: Response, deps: ServerDeps
     }),
   );
 }
+
+/**
+ * The pending OIDC sign-in (sealed; `auth/oidc.ts`): HTTP-only, `SameSite=Lax` (sent with the
+ * provider's top-level redirect back to the callback, not with cross-site sub-requests),
+ * lasting as long as a sign-in may take at the provider. `undefined` clears it.
+ */
+export function setOidcStateCookie(
+  req: Request,
+  res: Response,
+  deps: ServerDeps,
+  name: string,
+  value: string | undefined,
+  maxAgeSeconds: number,
+) {
+  res.append(
+    'Set-Cookie',
+    serialize(name, value ?? '', {
+      httpOnly: true,
+      sameSite: 'lax',
+      secure: secure(req, deps),
+      path: '/',
+      ...(value === undefined ? { expires: new Date(0) } : { maxAge: maxAgeSeconds }),
+    }),
+  );
+}

@@ -35,6 +35,19 @@ export interface OidcSettings {
   scopes: string;
   /** The callback URL registered with the provider; derived from the public origin when unset. */
   redirectUri: string | undefined;
+  /** What the sign-in button says ("Sign in with <name>"): `OIDC_PROVIDER_NAME`, else the issuer's host. */
+  providerName: string;
+  /**
+   * Plain-http requests to the provider (openid-client refuses them otherwise): `OIDC_ALLOW_HTTP`,
+   * default on only for an issuer on a loopback host (a provider on this machine, tests).
+   */
+  allowHttp: boolean;
+}
+
+/** localhost, 127.0.0.0/8 and ::1: a provider on this machine. */
+export function isLoopbackHost(hostname: string): boolean {
+  const h = hostname.toLowerCase().replace(/^\[|\]$/g, '');
+  return h === 'localhost' || h.endsWith('.localhost') || h === '::1' || /^127(\.\d{1,3}){3}$/.test(h);
 }
 
 const DAY = 86_400;
@@ -91,10 +104,20 @@ function oidcSettings(env: Record<string, string | undefined>): OidcSettings | u
   if (!issuer) return undefined;
   const clientId = env.OIDC_CLIENT_ID?.trim();
   if (!clientId) throw new ConfigError('OIDC_CLIENT_ID is required when OIDC_ISSUER is set');
+  let issuerUrl: URL;
   try {
-    new URL(issuer);
+    issuerUrl = new URL(issuer);
+    if (issuerUrl.protocol !== 'http:' && issuerUrl.protocol !== 'https:') throw new Error('scheme');
   } catch {
-    throw new ConfigError('OIDC_ISSUER must be a URL');
+    throw new ConfigError('OIDC_ISSUER must be an http(s) URL');
+  }
+  const allowHttp = env.OIDC_ALLOW_HTTP?.trim()
+    ? bool(env, 'OIDC_ALLOW_HTTP')
+    : isLoopbackHost(issuerUrl.hostname);
+  if (issuerUrl.protocol === 'http:' && !allowHttp) {
+    throw new ConfigError(
+      'OIDC_ISSUER must be https (plain http only for a provider on a loopback host, or with OIDC_ALLOW_HTTP=true)',
+    );
   }
   const redirectUri = env.OIDC_REDIRECT_URI?.trim() || undefined;
   if (redirectUri) {
@@ -111,6 +134,8 @@ function oidcSettings(env: Record<string, string | undefined>): OidcSettings | u
     allowedDomains: list(env.OIDC_ALLOWED_DOMAINS).map((d) => d.toLowerCase().replace(/^@/, '')),
     scopes: env.OIDC_SCOPES?.trim() || 'openid email profile',
     redirectUri,
+    providerName: env.OIDC_PROVIDER_NAME?.trim() || issuerUrl.hostname,
+    allowHttp,
   };
 }
 

@@ -27,13 +27,13 @@ const RULES: { name: string; match: RegExp; kinds: PrincipalKind[] }[] = [
     kinds: PUBLIC,
   },
   {
-    name: 'sign-in, sign-up, invitation links (the token is the credential)',
-    match: /^\/auth\/(sign-in|sign-up|invitations\/(preview|accept))$/,
+    name: 'sign-in, sign-up, invitation links (the token is the credential), OIDC sign-in, providers',
+    match: /^\/auth\/(sign-in|sign-up|invitations\/(preview|accept)|providers|oidc\/(start|callback))$/,
     kinds: PUBLIC,
   },
   {
     name: 'a signed-in person’s own session',
-    match: /^\/auth\/(sign-out|session|sessions|workspace)(\/|$)/,
+    match: /^\/auth\/(sign-out|session|sessions|workspace|password)(\/|$)/,
     kinds: ['session'],
   },
   { name: 'chat', match: /^\/chat$/, kinds: ['apiKey'] },

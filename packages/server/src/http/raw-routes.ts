@@ -6,6 +6,7 @@ import { agentRoutes } from '../domains/agents/routes.js';
 import { appsRawRoutes } from '../domains/apps/routes.js';
 import { artifactRoutes } from '../domains/artifacts/routes.js';
 import { chatRoutes } from '../domains/chat/routes.js';
+import { oidcRoutes } from '../domains/identity/oidc-routes.js';
 import { imageRoutes } from '../domains/image/routes.js';
 import { ragRoutes } from '../domains/rag/routes.js';
 import { storageRoutes } from '../domains/storage/routes.js';
@@ -43,4 +44,5 @@ export const rawRouteModules: RawRouteModule[] = [
   artifactRoutes,
   imageRoutes,
   ragRoutes,
+  oidcRoutes,
 ];

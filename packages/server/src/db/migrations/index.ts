@@ -1,4 +1,5 @@
 import type { MigrationObject } from '@mikro-orm/core';
+import { Migration202611250100_user_identities } from './Migration202611250100_user_identities.js';
 import { Migration20261121000000_foundation } from './Migration20261121000000_foundation.js';
 import { Migration20261121010000_metering } from './Migration20261121010000_metering.js';
 import { Migration20261121020000_storage } from './Migration20261121020000_storage.js';
@@ -40,4 +41,5 @@ export const migrationsList: MigrationObject[] = [
   { name: 'Migration20261124040100_sign_in_failures', class: Migration20261124040100_sign_in_failures },
   { name: 'Migration20261124060000_rag', class: Migration20261124060000_rag },
   { name: 'Migration20261124040200_tool_servers', class: Migration20261124040200_tool_servers },
+  { name: 'Migration202611250100_user_identities', class: Migration202611250100_user_identities },
 ];

@@ -3,8 +3,12 @@ import { sessionCredential } from '../../auth/authenticate.js';
 import { clearSessionCookie, setSessionCookie } from '../../auth/cookies.js';
 import { signInThrottle } from '../../auth/throttle.js';
 import { publicProcedure, type RequestContext, router, signedInProcedure } from '../../trpc.js';
+import { OIDC_START_PATH } from './oidc-routes.js';
 import {
+  AuthProvidersSchema,
   AuthSessionSchema,
+  ChangePasswordInput,
+  PasswordChangedSchema,
   SessionListItemSchema,
   SignedInSchema,
   SignInInput,
@@ -33,6 +37,49 @@ export function withCookie<T extends { token: string; session: { expiresAt: stri
 }
 
 export const identityRouter = router({
+  providers: publicProcedure
+    .meta({
+      openapi: {
+        method: 'GET',
+        path: '/auth/providers',
+        tags,
+        summary: 'How people can sign in here (for the sign-in page)',
+        description:
+          'Public. `oidc` is null unless `OIDC_ISSUER` is set; its `startUrl` is where a browser goes to sign in with the identity provider (add `?returnTo=<path on this site>`).',
+      },
+    })
+    .input(z.void())
+    .output(AuthProvidersSchema)
+    .query(({ ctx }) => {
+      const oidc = ctx.deps.identity.oidc;
+      return {
+        password: true,
+        signUp: ctx.deps.identity.signupEnabled,
+        oidc: oidc ? { name: oidc.providerName, startUrl: `/api/v1${OIDC_START_PATH}` } : null,
+      };
+    }),
+
+  changePassword: signedInProcedure
+    .meta({
+      openapi: {
+        method: 'POST',
+        path: '/auth/password',
+        tags,
+        protect: true,
+        summary: 'Change your password (signs out your other sessions)',
+        description:
+          'Session only. `currentPassword` must be right (400 `INVALID_CURRENT_PASSWORD`; failures count like failed sign-ins, 429 once used up); `newPassword` has at least 8 characters (400 `WEAK_PASSWORD`). Every other session of yours is revoked; this one keeps working. An account that signs in only through the identity provider has no password (400 `NO_PASSWORD`).',
+        errorResponses: {
+          400: 'currentPassword is incorrect; Validation error',
+          401: 'Authentication required',
+          429: 'Too many failed attempts (Retry-After)',
+        },
+      },
+    })
+    .input(ChangePasswordInput)
+    .output(PasswordChangedSchema)
+    .mutation(({ ctx, input }) => service(ctx).changePassword(ctx.session, input, clientInfo(ctx))),
+
   signIn: publicProcedure
     .meta({
       openapi: {

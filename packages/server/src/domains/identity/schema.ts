@@ -71,3 +71,40 @@ export const SessionListItemSchema = z
   })
   .meta({ id: 'SessionListItem' });
 export type SessionListItemDto = z.infer<typeof SessionListItemSchema>;
+
+export const AuthProvidersSchema = z
+  .object({
+    password: z.boolean().describe('Email and password sign-in (`POST /auth/sign-in`): always available'),
+    signUp: z.boolean().describe('Open sign-up (`POST /auth/sign-up`, `AUTH_SIGNUP_ENABLED`)'),
+    oidc: z
+      .object({
+        name: z.string().describe('What the button says: "Sign in with <name>" (`OIDC_PROVIDER_NAME`)'),
+        startUrl: z
+          .string()
+          .describe(
+            'Where a browser goes to sign in, relative to the server’s origin (`/api/v1/auth/oidc/start`); add `?returnTo=<path on this site>`',
+          ),
+      })
+      .nullable()
+      .describe('Sign-in with the identity provider; null when `OIDC_ISSUER` is not set'),
+  })
+  .meta({ id: 'AuthProviders' });
+export type AuthProvidersDto = z.infer<typeof AuthProvidersSchema>;
+
+export const ChangePasswordInput = z.object({
+  currentPassword: z
+    .string({ error: 'currentPassword is required' })
+    .min(1, 'currentPassword is required')
+    .max(1024, 'currentPassword must be 1024 characters or less'),
+  newPassword: z
+    .string({ error: 'newPassword is required' })
+    .min(1, 'newPassword is required')
+    .max(1024, 'newPassword must be 1024 characters or less'),
+});
+
+export const PasswordChangedSchema = z
+  .object({
+    passwordChanged: z.literal(true),
+    sessionsRevoked: z.number().int().describe('Other sessions of the user that were signed out'),
+  })
+  .meta({ id: 'PasswordChanged' });

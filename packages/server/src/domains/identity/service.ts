@@ -1,5 +1,5 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
-import { verifyPassword } from '../../auth/passwords.js';
+import { assertAcceptablePassword, hashPassword, verifyPassword } from '../../auth/passwords.js';
 import {
   createSession,
   resolveSession,
@@ -11,7 +11,7 @@ import {
 } from '../../auth/sessions.js';
 import type { IdentitySettings } from '../../auth/settings.js';
 import type { SignInThrottle } from '../../auth/throttle.js';
-import { AppError, forbidden, notFound } from '../../http/errors.js';
+import { AppError, badRequest, forbidden, notFound } from '../../http/errors.js';
 import { isUuid } from '../agents/config.js';
 import type { Role } from '../workspaces/entities.js';
 import type { AuthSessionDto, SessionListItemDto, SignedInDto } from './schema.js';
@@ -178,6 +178,47 @@ export class IdentityService {
       userAgent: r.user_agent,
       current: r.id === session.sessionId,
     }));
+  }
+
+  /**
+   * Self-service password change: the current password proves it is the person and not just
+   * someone holding the session (wrong ones count against the account's and the address's
+   * sign-in failures, 429 once used up). Every other session of the user is revoked; this one
+   * stays. An account without a password (OIDC only) has none to change.
+   */
+  async changePassword(
+    session: SessionRecord,
+    input: { currentPassword: string; newPassword: string },
+    client: ClientInfo,
+  ): Promise<{ passwordChanged: true; sessionsRevoked: number }> {
+    const email = normalizeEmail(session.email);
+    await this.throttle?.assertAllowed(email, client.ip);
+    const rows = await this.em.execute<{ password_hash: string | null }[]>(
+      'select password_hash from users where id = ?',
+      [session.userId],
+    );
+    const stored = rows[0]?.password_hash;
+    if (!stored) {
+      throw badRequest(
+        'This account signs in through the identity provider and has no password to change',
+        'NO_PASSWORD',
+      );
+    }
+    if (!(await verifyPassword(stored, input.currentPassword))) {
+      await this.throttle?.failed(email, client.ip);
+      throw badRequest('currentPassword is incorrect', 'INVALID_CURRENT_PASSWORD');
+    }
+    await this.throttle?.succeeded(email);
+    assertAcceptablePassword(input.newPassword);
+    const hash = await hashPassword(input.newPassword);
+    return this.em.transactional(async (em) => {
+      await em.execute('update users set password_hash = ? where id = ?', [hash, session.userId]);
+      const revoked = await em.execute(
+        'update user_sessions set revoked_at = now() where user_id = ? and id <> ? and revoked_at is null returning id',
+        [session.userId, session.sessionId],
+      );
+      return { passwordChanged: true as const, sessionsRevoked: revoked.length };
+    });
   }
 
   /** Revokes one of the user's own sessions; 404 `Session not found` for any other id. */

@@ -434,18 +434,32 @@ export class MembersService {
         [userId, email, passwordHash, input.name?.trim() || null],
       );
       if (inserted.length === 0) throw conflict('An account with this email already exists', 'EMAIL_TAKEN');
-      const workspaceId = randomUUID();
-      const name = explicit || `${email.split('@')[0]}'s workspace ${randomBytes(3).toString('hex')}`;
-      const ws = await em.execute(
-        'insert into workspaces (id, name) values (?, ?) on conflict ((lower(name))) do nothing returning id',
-        [workspaceId, name],
-      );
-      if (ws.length === 0) throw conflict(`Workspace "${name}" already exists`, 'WORKSPACE_NAME_TAKEN');
-      await em.execute("insert into memberships (workspace_id, user_id, role) values (?, ?, 'owner')", [
-        workspaceId,
-        userId,
-      ]);
+      const workspaceId = await createOwnWorkspace(em, userId, email, explicit);
       return { userId, workspaceId };
     });
   }
+}
+
+/**
+ * The workspace a person who signs up owns: named `explicit`, or after the email with a random
+ * suffix. Runs in the caller's transaction.
+ */
+export async function createOwnWorkspace(
+  em: EntityManager,
+  userId: string,
+  email: string,
+  explicit?: string,
+): Promise<string> {
+  const workspaceId = randomUUID();
+  const name = explicit || `${email.split('@')[0]}'s workspace ${randomBytes(3).toString('hex')}`;
+  const ws = await em.execute(
+    'insert into workspaces (id, name) values (?, ?) on conflict ((lower(name))) do nothing returning id',
+    [workspaceId, name],
+  );
+  if (ws.length === 0) throw conflict(`Workspace "${name}" already exists`, 'WORKSPACE_NAME_TAKEN');
+  await em.execute("insert into memberships (workspace_id, user_id, role) values (?, ?, 'owner')", [
+    workspaceId,
+    userId,
+  ]);
+  return workspaceId;
 }
