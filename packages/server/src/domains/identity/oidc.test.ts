@@ -42,7 +42,7 @@ beforeAll(async () => {
   });
   plain = await startTestServer({ db: ts.db });
   ws = await createTestWorkspace(ts, { name: `OIDC ${randomBytes(3).toString('hex')}` });
-}, 60_000);
+});
 afterAll(async () => {
   await plain?.close();
   await open?.close();
