@@ -33,6 +33,8 @@ export interface FakeOidcMisbehaviour {
   denyAuthorization?: boolean;
   /** The `state` the authorization endpoint sends back is not the client's. */
   wrongState?: boolean;
+  /** The discovery document answers 503 (the provider is down). */
+  discoveryDown?: boolean;
 }
 
 export interface FakeOidcOptions {
@@ -252,6 +254,7 @@ export async function startFakeOidc(opts: FakeOidcOptions = {}): Promise<FakeOid
     void (async () => {
       switch (route) {
         case 'GET /.well-known/openid-configuration':
+          if (mis.discoveryDown) return json(res, 503, { error: 'temporarily_unavailable' });
           return json(res, 200, {
             issuer,
             authorization_endpoint: `${issuer}/authorize`,

@@ -103,6 +103,19 @@ export function openPendingSignIn(
   }
 }
 
+/** What went wrong talking to the provider: the message, and the HTTP status of an answer. */
+function describeFailure(err: unknown): string {
+  const e = err as Error & { cause?: unknown };
+  let status: number | undefined;
+  for (let c: unknown = e, depth = 0; c && depth < 4; depth++) {
+    const st = (c as { status?: unknown }).status;
+    if (typeof st === 'number') status = st;
+    c = (c as { cause?: unknown }).cause;
+  }
+  const inner = e.cause instanceof Error && e.cause.message !== e.message ? `: ${e.cause.message}` : '';
+  return `${e.message}${inner}${status ? ` (HTTP ${status})` : ''}`;
+}
+
 /** Errors of the exchange and of the ID token's checks, as the callback answers them. */
 function callbackError(err: unknown): AppError {
   if (err instanceof AppError) return err;
@@ -121,7 +134,7 @@ function callbackError(err: unknown): AppError {
   const e = err as Error & { code?: string; cause?: unknown };
   // fetch's network failures and openid-client's timeouts: the provider, not the answer.
   if (e.name === 'TypeError' || e.name === 'TimeoutError' || e.name === 'AbortError') {
-    return PROVIDER_UNAVAILABLE(e.message);
+    return PROVIDER_UNAVAILABLE(describeFailure(e));
   }
   // openid-client wraps oauth4webapi's error (the precise message, and the claim at fault)
   // in a generic one: report the inner one, never the claims themselves.
@@ -176,7 +189,7 @@ export class OidcClient {
     try {
       return await this.configuration();
     } catch (err) {
-      throw PROVIDER_UNAVAILABLE((err as Error).message);
+      throw PROVIDER_UNAVAILABLE(describeFailure(err));
     }
   }
 
