@@ -35,6 +35,8 @@ export interface FakeOidcMisbehaviour {
   wrongState?: boolean;
   /** The discovery document answers 503 (the provider is down). */
   discoveryDown?: boolean;
+  /** The token endpoint answers 503 with an HTML page (the provider is down mid-flow). */
+  tokenEndpointDown?: boolean;
 }
 
 export interface FakeOidcOptions {
@@ -202,6 +204,12 @@ export async function startFakeOidc(opts: FakeOidcOptions = {}): Promise<FakeOid
 
   async function token(req: http.IncomingMessage, res: http.ServerResponse) {
     const params = new URLSearchParams(await readBody(req));
+    if (mis.tokenEndpointDown) {
+      tokenRequests.push({ params, ok: false, error: 'down' });
+      res.writeHead(503, { 'content-type': 'text/html' });
+      res.end('<h1>Service Unavailable</h1>');
+      return;
+    }
     const record = (ok: boolean, error?: string) => tokenRequests.push({ params, ok, error });
     const refuse = (status: number, error: string, description: string) => {
       record(false, error);

@@ -132,8 +132,15 @@ function callbackError(err: unknown): AppError {
     });
   }
   const e = err as Error & { code?: string; cause?: unknown };
-  // fetch's network failures and openid-client's timeouts: the provider, not the answer.
-  if (e.name === 'TypeError' || e.name === 'TimeoutError' || e.name === 'AbortError') {
+  // fetch's network failures, openid-client's timeouts, and answers that are not the protocol's
+  // at all (a 5xx page): the provider is down, its answer was not wrong.
+  if (
+    e.name === 'TypeError' ||
+    e.name === 'TimeoutError' ||
+    e.name === 'AbortError' ||
+    e.code === 'OAUTH_RESPONSE_IS_NOT_CONFORM' ||
+    e.code === 'OAUTH_RESPONSE_IS_NOT_JSON'
+  ) {
     return PROVIDER_UNAVAILABLE(describeFailure(e));
   }
   // openid-client wraps oauth4webapi's error (the precise message, and the claim at fault)

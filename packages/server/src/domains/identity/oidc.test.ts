@@ -347,6 +347,18 @@ describe('hostile callbacks are refused', () => {
     });
   });
 
+  it('a token endpoint that is down: 502 OIDC_PROVIDER_UNAVAILABLE, no session', async () => {
+    const person = await createTestSession(ts, ws, { role: 'member' });
+    const { sub } = providerUser({ email: person.email });
+    fake.misbehave({ tokenEndpointDown: true });
+    const flow = await signIn(ts, { loginHint: sub });
+    expect(flow.callback?.status).toBe(502);
+    const body = await errorOf(flow.callback);
+    expect(body).toMatchObject({ code: 'OIDC_PROVIDER_UNAVAILABLE' });
+    expect(body.details?.reason).toMatch(/HTTP 503/);
+    expect(flow.jar.has(SESSION_COOKIE)).toBe(false);
+  });
+
   it('the provider refusing (access_denied): 401 OIDC_PROVIDER_REFUSED with its error', async () => {
     const { sub } = providerUser();
     fake.misbehave({ denyAuthorization: true });
