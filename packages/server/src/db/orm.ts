@@ -1,5 +1,4 @@
 import { MikroORM } from '@mikro-orm/core';
-import { Migrator } from '@mikro-orm/migrations';
 import { PostgreSqlDriver } from '@mikro-orm/postgresql';
 import { appsEntities } from '../domains/apps/entities.js';
 import { storageEntities } from '../domains/storage/entities.js';
@@ -60,6 +59,32 @@ export interface OpenDatabaseOptions {
 }
 
 const CLI_WAIT_MS = 60_000;
+const MIGRATIONS_TABLE = 'mikro_orm_migrations';
+
+/**
+ * The migrations of `migrationsList` not recorded in the migrations table (all of them when it
+ * does not exist yet). One query: on a start with nothing to do, `@mikro-orm/migrations` (its
+ * `Migrator`, umzug, the generators) is never loaded.
+ */
+export async function pendingMigrations(orm: Orm): Promise<string[]> {
+  const [table] = await orm.em
+    .getConnection()
+    .execute<{ t: string | null }[]>('select to_regclass(?)::text as t', [MIGRATIONS_TABLE]);
+  if (!table?.t) return migrationsList.map((m) => m.name);
+  const rows = await orm.em
+    .getConnection()
+    .execute<{ name: string }[]>(`select name from ${MIGRATIONS_TABLE}`);
+  const applied = new Set(rows.map((r) => r.name));
+  return migrationsList.map((m) => m.name).filter((n) => !applied.has(n));
+}
+
+/** Applies the pending migrations, loading MikroORM's Migrator only when there are some. */
+async function migrateIfPending(orm: Orm): Promise<void> {
+  if ((await pendingMigrations(orm)).length === 0) return;
+  const { Migrator } = await import('@mikro-orm/migrations');
+  Migrator.register(orm);
+  await orm.migrator.up();
+}
 
 async function initOrm(
   connection: { clientUrl: string } | { host: string; port: number },
@@ -72,13 +97,13 @@ async function initOrm(
       ? { clientUrl: connection.clientUrl }
       : { host: connection.host, port: connection.port, user: 'postgres', dbName: 'postgres' }),
     entities: allEntities,
-    extensions: [Migrator],
+    // The Migrator is registered when a migration is pending (`migrateIfPending`).
     migrations: {
       migrationsList,
       transactional: true,
       allOrNothing: true,
       snapshot: false,
-      tableName: 'mikro_orm_migrations',
+      tableName: MIGRATIONS_TABLE,
       silent: true,
     },
     pool: { min: 0, max: poolMax },
@@ -146,7 +171,7 @@ export async function openDatabase(opts: OpenDatabaseOptions): Promise<Database>
   }
   try {
     if (attached) {
-      const pending = await orm.getMigrator().getPendingMigrations();
+      const pending = await pendingMigrations(orm);
       if (pending.length > 0) {
         throw new Error(
           `The process serving the embedded database in ${opts.dataDir} runs an older schema ` +
@@ -154,7 +179,7 @@ export async function openDatabase(opts: OpenDatabaseOptions): Promise<Database>
         );
       }
     } else if (opts.migrate ?? true) {
-      await orm.getMigrator().up();
+      await migrateIfPending(orm);
     }
   } catch (err) {
     await orm.close(true);

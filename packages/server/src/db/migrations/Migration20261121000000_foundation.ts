@@ -1,4 +1,4 @@
-import { Migration } from '@mikro-orm/migrations';
+import { Migration } from './base.js';
 
 /** Workspaces, users, memberships, API keys, credit ledger, apps. */
 export class Migration20261121000000_foundation extends Migration {

@@ -1,4 +1,4 @@
-import { Migration } from '@mikro-orm/migrations';
+import { Migration } from './base.js';
 
 /** Usage records, per-cycle token usage of each workspace, and rate-limit windows. */
 export class Migration20261121010000_metering extends Migration {

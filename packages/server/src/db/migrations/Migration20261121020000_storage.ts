@@ -1,4 +1,4 @@
-import { Migration } from '@mikro-orm/migrations';
+import { Migration } from './base.js';
 
 /** Workspace storage: files (metadata; bodies live in the object store), folders, git-host token. */
 export class Migration20261121020000_storage extends Migration {

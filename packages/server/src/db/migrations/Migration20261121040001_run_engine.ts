@@ -1,4 +1,4 @@
-import { Migration } from '@mikro-orm/migrations';
+import { Migration } from './base.js';
 
 /**
  * The run engine (docs/run-engine.md): runs leased by workers, their append-only event log,

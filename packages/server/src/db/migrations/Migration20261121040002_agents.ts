@@ -1,4 +1,4 @@
-import { Migration } from '@mikro-orm/migrations';
+import { Migration } from './base.js';
 
 /** Managed-agent sessions, their message timeline and long-term memory notes. */
 export class Migration20261121040002_agents extends Migration {

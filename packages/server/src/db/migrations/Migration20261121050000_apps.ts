@@ -1,4 +1,4 @@
-import { Migration } from '@mikro-orm/migrations';
+import { Migration } from './base.js';
 
 /** App memory (threads, messages) and widget tokens. */
 export class Migration20261121050000_apps extends Migration {

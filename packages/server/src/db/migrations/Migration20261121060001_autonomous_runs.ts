@@ -1,4 +1,4 @@
-import { Migration } from '@mikro-orm/migrations';
+import { Migration } from './base.js';
 
 /**
  * Autonomous runs (docs/runs.md): what an autonomous run adds to a row of `runs` (its

@@ -1,4 +1,4 @@
-import { Migration } from '@mikro-orm/migrations';
+import { Migration } from './base.js';
 
 /** Insights list a workspace's threads by activity: one index serves its filter and order. */
 export class Migration20261122000000_insights extends Migration {

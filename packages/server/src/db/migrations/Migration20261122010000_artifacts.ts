@@ -1,4 +1,4 @@
-import { Migration } from '@mikro-orm/migrations';
+import { Migration } from './base.js';
 
 /** Reports made by `POST /artifacts/generate`, with what they cost and the caller's reference. */
 export class Migration20261122010000_artifacts extends Migration {

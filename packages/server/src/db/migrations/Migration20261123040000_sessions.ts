@@ -1,4 +1,4 @@
-import { Migration } from '@mikro-orm/migrations';
+import { Migration } from './base.js';
 
 /** Sessions of people signed in (docs/identity.md); a display name for users. */
 export class Migration20261123040000_sessions extends Migration {

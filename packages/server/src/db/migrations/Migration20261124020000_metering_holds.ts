@@ -1,4 +1,4 @@
-import { Migration } from '@mikro-orm/migrations';
+import { Migration } from './base.js';
 
 /**
  * Credit holds as rows (so a crashed process's holds can be found and settled) and the

@@ -1,4 +1,4 @@
-import { Migration } from '@mikro-orm/migrations';
+import { Migration } from './base.js';
 
 /**
  * Invitations to a workspace (docs/identity.md). The link's token is signed (HMAC with the

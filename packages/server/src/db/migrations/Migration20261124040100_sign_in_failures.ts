@@ -1,4 +1,4 @@
-import { Migration } from '@mikro-orm/migrations';
+import { Migration } from './base.js';
 
 /**
  * Failed sign-in counters (auth/throttle.ts), in the shape rate-limiter-flexible's Postgres

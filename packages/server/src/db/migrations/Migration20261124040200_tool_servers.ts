@@ -1,4 +1,4 @@
-import { Migration } from '@mikro-orm/migrations';
+import { Migration } from './base.js';
 
 /**
  * MCP servers connected to a workspace (docs/identity.md, "Tool servers"). The optional auth

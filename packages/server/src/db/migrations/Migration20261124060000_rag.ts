@@ -1,4 +1,4 @@
-import { Migration } from '@mikro-orm/migrations';
+import { Migration } from './base.js';
 
 /**
  * Document question answering (docs/rag.md, decision 0024). Embeddings are `real[]` on every
