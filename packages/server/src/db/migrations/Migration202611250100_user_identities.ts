@@ -1,4 +1,4 @@
-import { Migration } from '@mikro-orm/migrations';
+import { Migration } from './base.js';
 
 /**
  * Accounts at an OpenID Connect provider linked to users (docs/identity.md, decision 0026): a
