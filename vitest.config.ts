@@ -69,6 +69,9 @@ export default defineConfig({
           pool: 'forks',
           // One browser and one server for the whole file.
           fileParallelism: false,
+          // What a page shows after a request may take seconds on a loaded machine: expect.poll
+          // waits up to 20 s (vitest's default is 1 s) before failing.
+          expect: { poll: { timeout: 20_000, interval: 100 } },
         },
       },
     ],

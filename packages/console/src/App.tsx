@@ -6,6 +6,8 @@ import { AgentSession } from './pages/AgentSession';
 import { Agents } from './pages/Agents';
 import { ApiKeys } from './pages/ApiKeys';
 import { AppDetail, Apps } from './pages/Apps';
+import { Documents } from './pages/Documents';
+import { Images } from './pages/Images';
 import { Insights } from './pages/Insights';
 import { Members } from './pages/Members';
 import { Overview } from './pages/Overview';
@@ -19,9 +21,11 @@ import { Page } from './ui';
 const NAV: NavItem[] = [
   { href: '/', label: 'Overview' },
   { href: '/playground', label: 'Playground' },
+  { href: '/images', label: 'Images' },
   { href: '/agents', label: 'Agents' },
   { href: '/apps', label: 'Apps' },
   { href: '/storage', label: 'Storage' },
+  { href: '/documents', label: 'Documents' },
   { href: '/insights', label: 'Insights' },
   { href: '/api-keys', label: 'API keys' },
   { href: '/members', label: 'Members' },
@@ -41,6 +45,10 @@ function route(path: string): ReactNode {
       return <Apps />;
     case '/storage':
       return <Storage />;
+    case '/documents':
+      return <Documents />;
+    case '/images':
+      return <Images />;
     case '/insights':
       return <Insights />;
     case '/members':

@@ -1,3 +1,4 @@
+import { readFile } from 'node:fs/promises';
 import {
   createTestSession,
   createTestWorkspace,
@@ -7,8 +8,11 @@ import {
   type TestSession,
   type TestWorkspace,
 } from '@ai-suite/server/test-harness';
+import { type FakeReplicate, startFakeReplicate } from '@ai-suite/testkit';
+import { PDFDocument, StandardFonts } from 'pdf-lib';
 import type { Browser } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import yazl from 'yazl';
 import { expectAccessible, launch, openConsole, screenshots, signIn } from './browser.js';
 
 /**
@@ -19,10 +23,26 @@ let ts: TestServer & { fake: FakeOpenAI };
 let ws: TestWorkspace;
 let owner: TestSession;
 let browser: Browser;
+let replicate: FakeReplicate;
+const REPLICATE_TOKEN = 'r8_console_test_token';
 
 beforeAll(async () => {
+  // The image page's model is the fake Replicate of testkit.
+  replicate = await startFakeReplicate({ token: REPLICATE_TOKEN });
   // The agent's web_fetch may reach this loopback server (its own /healthz).
-  ts = await startTestServerWithFakeModel({ env: { OUTBOUND_ALLOWLIST: '127.0.0.1' } });
+  ts = await startTestServerWithFakeModel({
+    env: {
+      OUTBOUND_ALLOWLIST: '127.0.0.1',
+      IMAGE_MODEL: 'acme/scan-gen',
+      IMAGE_MODEL_ID: 'scan-gen',
+      IMAGE_MODEL_PRICE_PER_IMAGE: '0.01',
+      REPLICATE_BASE_URL: replicate.baseUrl,
+      REPLICATE_API_TOKEN: REPLICATE_TOKEN,
+      IMAGE_PREFER_WAIT_SECONDS: '1',
+      IMAGE_POLL_INITIAL_MS: '5',
+      IMAGE_POLL_MAX_MS: '20',
+    },
+  });
   ws = await createTestWorkspace(ts, { name: 'Acme', creditsUsd: '5', monthlyTokenQuota: 1_000_000 });
   owner = await createTestSession(ts, ws, { role: 'owner', email: 'ada@example.com' });
   browser = await launch();
@@ -31,6 +51,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await browser?.close();
   await ts?.close();
+  await replicate?.close();
 });
 
 describe('serving the console', () => {
@@ -142,7 +163,7 @@ describe('an owner at work', () => {
         .poll(() => page.getByTestId('turn-assistant').locator('.text').textContent())
         .toBe('Hello from the playground!');
       await expect
-        .poll(() => page.getByTestId('reply-usage').textContent(), { timeout: 10_000 })
+        .poll(() => page.getByTestId('reply-usage').textContent())
         .toBe('12 in · 6 out · $0.000024 · fake-chat');
       expect(ts.fake.requests.at(-1)?.body).toMatchObject({ model: 'fake-chat' });
       await expectAccessible(page, 'playground');
@@ -205,10 +226,13 @@ describe('agents', () => {
         .getByTestId('timeline-assistant')
         .filter({ hasText: 'The service says it is ok.' })
         .waitFor();
-      const tool = await page.getByTestId('timeline-tool').textContent();
-      expect(tool).toContain('web_fetch');
-      expect(tool).toContain('/healthz');
-      expect(tool).toContain('ok');
+      // The tool call shows its name, the arguments the model gave and the result.
+      const tool = page.getByTestId('timeline-tool');
+      await expect.poll(() => tool.getByTestId('tool-name').textContent()).toBe('web_fetch');
+      await expect
+        .poll(async () => JSON.parse((await tool.getByTestId('tool-arguments').textContent()) ?? 'null'))
+        .toEqual({ url: `${ts.url}/healthz` });
+      await expect.poll(() => tool.getByTestId('tool-result').textContent()).toContain('ok');
       await expect.poll(() => page.getByTestId('timeline-run').first().textContent()).toContain('completed');
       await expectAccessible(page, 'agent session');
       await screenshots(page, 'agent-session');
@@ -371,6 +395,225 @@ describe('apps', () => {
       await expect.poll(() => page.getByText('https://shop.example · 0/50 requests').count()).toBe(1);
       await expectAccessible(page, 'app');
       await screenshots(page, 'app');
+      expect(problems).toEqual([]);
+    } finally {
+      await context.close();
+    }
+  });
+});
+
+/** A PDF whose pages carry the given texts (pdf-lib), as a person would upload. */
+async function buildPdf(pages: string[]): Promise<Buffer> {
+  const doc = await PDFDocument.create();
+  const font = await doc.embedFont(StandardFonts.Helvetica);
+  for (const text of pages) doc.addPage([612, 792]).drawText(text, { x: 40, y: 750, size: 10, font });
+  return Buffer.from(await doc.save());
+}
+
+describe('documents', () => {
+  it('uploads a PDF and a note, deletes the note, asks a question and opens the cited page', async () => {
+    const { page, context, problems } = await openConsole(browser, ts.url);
+    try {
+      await signIn(page, owner.email, owner.password);
+      await page.getByRole('link', { name: 'Documents' }).click();
+      await page.getByRole('heading', { name: 'Documents', level: 1 }).waitFor();
+      await page.getByText('No documents yet: upload some above.').waitFor();
+      const pdf = await buildPdf([
+        'Welcome. Fill the device with water before switching it on.',
+        'The warranty of the blue kettle lasts seven years from the date of purchase.',
+      ]);
+      await page.getByLabel('Upload documents').setInputFiles([
+        { name: 'manual.pdf', mimeType: 'application/pdf', buffer: pdf },
+        {
+          name: 'notes.md',
+          mimeType: 'text/markdown',
+          buffer: Buffer.from('# Notes\n\nThe cat is Pixel.\n'),
+        },
+      ]);
+      await expect
+        .poll(() => page.getByTestId('upload-notice').textContent())
+        .toBe('Indexed 2 of 2 file(s).');
+      const rows = page.getByTestId('document-row');
+      await expect.poll(() => rows.count()).toBe(2);
+      const manual = rows.filter({ hasText: 'manual.pdf' });
+      await expect.poll(() => manual.getByTestId('document-status').textContent()).toBe('ready');
+      // Chunks never span pages: one per page.
+      await expect.poll(() => manual.getByTestId('document-chunks').textContent()).toBe('2');
+
+      page.once('dialog', (d) => void d.accept());
+      await page.getByRole('button', { name: 'Delete notes.md' }).click();
+      await expect.poll(() => page.getByTestId('upload-notice').textContent()).toBe('Deleted notes.md.');
+      await expect.poll(() => rows.count()).toBe(1);
+
+      // The model cites the source that holds the answer, by its number in the prompt.
+      ts.fake.script((body: { messages: { content: string }[] }) => {
+        const prompt = body.messages.at(-1)?.content ?? '';
+        const sources = [
+          ...prompt.matchAll(/^\[(\d+)\] [^\n]*\n([\s\S]*?)(?=\n\n\[\d+\] |\n\nQuestion: )/gm),
+        ];
+        const hit = sources.find((m) => (m[2] ?? '').includes('seven years'));
+        return { text: hit ? `The warranty lasts seven years [${hit[1]}].` : 'NOT_IN_DOCUMENTS' };
+      });
+      await page.getByLabel('Question').fill('How long is the warranty of the blue kettle?');
+      await page.getByRole('button', { name: 'Ask' }).click();
+      const answer = page.getByTestId('rag-answer');
+      await expect.poll(() => answer.textContent()).toMatch(/^The warranty lasts seven years \[\d\]\.$/);
+      const cite = answer.getByRole('link');
+      await expect.poll(() => cite.count()).toBe(1);
+      await cite.click();
+      // The cited source is highlighted and focused: the document and the page.
+      const source = page.locator('[data-testid="rag-source"][aria-current="true"]');
+      await expect.poll(() => source.getByTestId('source-document').textContent()).toBe('manual.pdf');
+      await expect.poll(() => source.getByTestId('source-page').textContent()).toBe('page 2');
+      await expect.poll(() => source.textContent()).toContain('seven years from the date of purchase');
+      await expect
+        .poll(() => page.evaluate(() => document.activeElement?.getAttribute('data-testid')))
+        .toBe('rag-source');
+      await expectAccessible(page, 'documents');
+      await screenshots(page, 'documents');
+      expect(problems).toEqual([]);
+    } finally {
+      await context.close();
+    }
+  });
+});
+
+describe('images', () => {
+  it('generates an image from a prompt and shows it; keeps one in storage', async () => {
+    const { page, context, problems } = await openConsole(browser, ts.url);
+    try {
+      await signIn(page, owner.email, owner.password);
+      await page.getByRole('link', { name: 'Images' }).click();
+      await page.getByRole('heading', { name: 'Images', level: 1 }).waitFor();
+      await expect.poll(() => page.getByLabel('Image model').locator('option').count()).toBe(2);
+      await page.getByLabel('Image model').selectOption('scan-gen');
+      await page.getByLabel('Prompt').fill('A lighthouse at dusk');
+      await page.getByRole('button', { name: 'Generate' }).click();
+      const shown = page.getByTestId('generated-image');
+      await expect.poll(() => shown.count()).toBe(1);
+      const img = shown.first().getByRole('img', { name: 'Generated from: A lighthouse at dusk' });
+      await expect.poll(() => img.evaluate((el) => (el as HTMLImageElement).naturalWidth)).toBeGreaterThan(0);
+      expect(await img.getAttribute('src')).toMatch(/^blob:/);
+      await expect
+        .poll(() => shown.first().getByTestId('image-meta').textContent())
+        .toBe('scan-gen · replicate · $0.0100');
+      const prediction = replicate.requests.find((r) => r.method === 'POST');
+      expect(prediction?.body.input).toMatchObject({ prompt: 'A lighthouse at dusk' });
+
+      // Kept in storage: shown from the stored file.
+      await page.getByLabel('Keep in storage').check();
+      await page.getByLabel('Prompt').fill('A harbour at dawn');
+      await page.getByRole('button', { name: 'Generate' }).click();
+      await expect.poll(() => shown.count()).toBe(2);
+      const stored = shown.first();
+      await expect.poll(() => stored.textContent()).toMatch(/Kept in storage as image-[\w-]+\.png/);
+      const img2 = stored.getByRole('img', { name: 'Generated from: A harbour at dawn' });
+      await expect
+        .poll(() => img2.evaluate((el) => (el as HTMLImageElement).naturalWidth))
+        .toBeGreaterThan(0);
+      await expectAccessible(page, 'images');
+      await screenshots(page, 'images');
+      expect(problems).toEqual([]);
+    } finally {
+      await context.close();
+    }
+  });
+});
+
+/** A zip of the given files (yazl), as a person would import. */
+function zipOf(files: Record<string, string>): Promise<Buffer> {
+  const zip = new yazl.ZipFile();
+  for (const [name, text] of Object.entries(files)) zip.addBuffer(Buffer.from(text), name);
+  zip.end();
+  return new Promise((resolve, reject) => {
+    const parts: Buffer[] = [];
+    zip.outputStream.on('data', (c: Buffer) => parts.push(c));
+    zip.outputStream.on('end', () => resolve(Buffer.concat(parts)));
+    zip.outputStream.on('error', reject);
+  });
+}
+
+describe('storage zip import', () => {
+  it('imports a zip into a folder, keeping its folders, and previews a file from it', async () => {
+    const { page, context, problems } = await openConsole(browser, ts.url);
+    try {
+      await signIn(page, owner.email, owner.password);
+      await page.getByRole('link', { name: 'Storage' }).click();
+      await page.getByLabel('New folder').fill('imports');
+      await page.getByRole('button', { name: 'Create folder' }).click();
+      await page.getByRole('link', { name: '📁 imports' }).click();
+      await expect.poll(() => page.url()).toContain('path=%2Fimports');
+      const zip = await zipOf({
+        'readme.md': '# Site\nImported from a zip.\n',
+        'guide/intro.md': 'Start here.\n',
+      });
+      await page
+        .getByLabel('Import a zip here')
+        .setInputFiles({ name: 'site.zip', mimeType: 'application/zip', buffer: zip });
+      await page.getByText('Imported 2 file(s) from site.zip.').waitFor();
+      const listing = page.getByRole('list', { name: 'Contents of /imports' });
+      await listing.getByRole('link', { name: '📁 guide' }).waitFor();
+      await listing.getByRole('button', { name: 'readme.md' }).click();
+      await expect
+        .poll(() => page.getByTestId('preview-text').textContent())
+        .toBe('# Site\nImported from a zip.\n');
+      await listing.getByRole('link', { name: '📁 guide' }).click();
+      await page
+        .getByRole('list', { name: 'Contents of /imports/guide' })
+        .getByRole('button', { name: 'intro.md' })
+        .click();
+      await expect.poll(() => page.getByTestId('preview-text').textContent()).toBe('Start here.\n');
+      expect(problems).toEqual([]);
+    } finally {
+      await context.close();
+    }
+  });
+});
+
+describe('autonomous runs', () => {
+  it('starts a run that writes a deliverable, shows its events and downloads the artifact', async () => {
+    const { page, context, problems } = await openConsole(browser, ts.url);
+    try {
+      await signIn(page, owner.email, owner.password);
+      await page.getByRole('link', { name: 'Agents' }).click();
+      await page.getByLabel('Agent name').fill('Reporter');
+      await page.getByLabel('Mode').selectOption('autonomous');
+      await page.getByRole('button', { name: 'Create agent' }).click();
+      await page.getByRole('heading', { name: 'Agent: Reporter' }).waitFor();
+      const report = '# Status\n\nAll systems nominal.\n';
+      ts.fake.script(
+        {
+          toolCalls: [
+            {
+              id: 'd1',
+              name: 'deliverable_write',
+              arguments: JSON.stringify({ filename: 'status.md', content: report }),
+            },
+          ],
+        },
+        { text: 'The report is written.' },
+      );
+      await page.getByLabel('Task').fill('Write a status report');
+      await page.getByRole('button', { name: 'Start run' }).click();
+      // The started run opens; it refreshes itself until it ends.
+      await expect
+        .poll(() => page.getByTestId('run-status').textContent(), { timeout: 40_000 })
+        .toBe('completed');
+      await expect
+        .poll(() => page.getByTestId('run-event').locator('code').allTextContents())
+        .toEqual(
+          expect.arrayContaining(['run.started', 'tool_call.started', 'artifact.created', 'run.completed']),
+        );
+      await expect
+        .poll(() => page.getByTestId('run-artifact').textContent())
+        .toContain(`text/markdown, ${Buffer.byteLength(report)} bytes`);
+      const download = page.waitForEvent('download');
+      await page.getByRole('button', { name: 'Download status.md' }).click();
+      const file = await download;
+      expect(file.suggestedFilename()).toBe('status.md');
+      expect(await readFile(await file.path(), 'utf8')).toBe(report);
+      await expectAccessible(page, 'agent runs');
+      await screenshots(page, 'agent-run');
       expect(problems).toEqual([]);
     } finally {
       await context.close();

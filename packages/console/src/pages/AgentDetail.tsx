@@ -273,12 +273,21 @@ function RunView({ agentId, runId }: { agentId: string; runId: string }) {
   if (!d) return <ErrorNote error={detail.error} />;
   return (
     <div className="run-view">
+      <p>
+        Status{' '}
+        <span
+          className={`badge ${d.run.status === 'failed' ? 'bad' : d.run.status === 'completed' ? 'good' : ''}`}
+          data-testid="run-status"
+        >
+          {d.run.status}
+        </span>
+      </p>
       {d.run.error ? <p className="error">{d.run.error}</p> : null}
       <h3>Artifacts</h3>
       {d.artifacts.length ? (
         <ul className="plain-list">
           {d.artifacts.map((a) => (
-            <li key={a.id}>
+            <li key={a.id} data-testid="run-artifact">
               <button type="button" className="secondary" onClick={() => void download(a)}>
                 Download {a.filename}
               </button>{' '}
@@ -294,7 +303,7 @@ function RunView({ agentId, runId }: { agentId: string; runId: string }) {
       <h3>Events</h3>
       <ol className="events">
         {d.events.map((e) => (
-          <li key={e.id}>
+          <li key={e.id} data-testid="run-event">
             <code>{e.event_type}</code> <span className="muted">{formatDate(e.created_at)}</span>
             <pre>{json(e.payload)}</pre>
           </li>

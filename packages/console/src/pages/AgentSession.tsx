@@ -54,10 +54,14 @@ export function AgentSession({ agentId, sessionId }: { agentId: string; sessionI
                   {ev.role === 'user' ? 'User' : ev.role === 'assistant' ? 'Agent' : 'Tool'} ·{' '}
                   {formatDate(ev.created_at)}
                 </span>
-                {ev.content ? <div className="text">{ev.content}</div> : null}
-                {Object.keys(ev.metadata).length ? (
-                  <details open={ev.role === 'tool'}>
-                    <summary>{ev.role === 'tool' ? 'Tool call' : 'Details'}</summary>
+                {ev.role === 'tool' ? (
+                  <ToolCall metadata={ev.metadata} content={ev.content} />
+                ) : ev.content ? (
+                  <div className="text">{ev.content}</div>
+                ) : null}
+                {ev.role !== 'tool' && Object.keys(ev.metadata).length ? (
+                  <details>
+                    <summary>Details</summary>
                     <pre>{JSON.stringify(ev.metadata, null, 2)}</pre>
                   </details>
                 ) : null}
@@ -100,5 +104,38 @@ export function AgentSession({ agentId, sessionId }: { agentId: string; sessionI
         </button>
       </form>
     </Page>
+  );
+}
+
+/** JSON pretty-printed when it parses, else as it is. */
+function pretty(text: string): string {
+  try {
+    return JSON.stringify(JSON.parse(text), null, 2);
+  } catch {
+    return text;
+  }
+}
+
+/** A tool call: its name, the arguments the model gave, and the result (or error) it got back. */
+function ToolCall({ metadata, content }: { metadata: Record<string, unknown>; content: string }) {
+  const name = typeof metadata.name === 'string' ? metadata.name : 'tool';
+  const args = metadata.arguments;
+  return (
+    <div className="tool-call">
+      <div>
+        Called <code data-testid="tool-name">{name}</code>
+        {typeof metadata.toolCallId === 'string' ? (
+          <span className="muted"> · {metadata.toolCallId}</span>
+        ) : null}
+      </div>
+      <p className="tool-part">Arguments</p>
+      {args === undefined ? (
+        <p className="muted">Not recorded (made before arguments were kept).</p>
+      ) : (
+        <pre data-testid="tool-arguments">{JSON.stringify(args, null, 2)}</pre>
+      )}
+      <p className="tool-part">Result</p>
+      <pre data-testid="tool-result">{pretty(content)}</pre>
+    </div>
   );
 }

@@ -115,7 +115,11 @@ export class TurnExecutor implements RunExecutor {
             ? JSON.stringify(c.result ?? null)
             : JSON.stringify({ error: c?.error ?? 'Tool call failed' });
         state.messages.push({ role: 'tool', toolCallId: p.modelCallId, content });
-        await this.saveMessage(em, run, 'tool', content, { toolCallId: p.id, name: p.name });
+        await this.saveMessage(em, run, 'tool', content, {
+          toolCallId: p.id,
+          name: p.name,
+          arguments: c?.arguments ?? {},
+        });
       }
       state.pending = [];
     }
@@ -324,7 +328,7 @@ export class TurnExecutor implements RunExecutor {
     });
     const content = JSON.stringify('result' in outcome ? (outcome.result ?? null) : { error: outcome.error });
     state.messages.push({ role: 'tool', toolCallId: call.id, content });
-    await this.saveMessage(em, run, 'tool', content, { toolCallId, name: call.name });
+    await this.saveMessage(em, run, 'tool', content, { toolCallId, name: call.name, arguments: args });
   }
 
   private async saveMessage(

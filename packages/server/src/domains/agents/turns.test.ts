@@ -192,6 +192,13 @@ describe('integrator-owned tools', () => {
       tool_call_id: 'm1',
       content: '{"status":"shipped"}',
     });
+    // the timeline keeps the call's arguments next to its result
+    const timeline = await ts.api(`/managed-agents/sessions/${sessionId}/events`, { key: ws.apiKey });
+    const tool = ((await timeline.json()) as { events: any[] }).events.find((e) => e.role === 'tool');
+    expect(tool).toMatchObject({
+      content: '{"status":"shipped"}',
+      metadata: { toolCallId, name: 'lookup_order', arguments: { id: 'A-1' } },
+    });
 
     // a repeated post is harmless
     r = await postToolResult(ts, ws.apiKey, sessionId, { toolCallId, error: 'late' });
