@@ -40,6 +40,11 @@ export interface FakeChatReply {
   paceMs?: number;
   /** Delay before the response headers (first byte), ms. */
   delayMs?: number;
+  /**
+   * Streamed only: after the headers and the first (role) delta, wait for this promise before
+   * the content: lets a test hold many replies open at once and release them together.
+   */
+  waitFor?: Promise<unknown>;
   /** Never answer (until the client goes away). */
   hang?: boolean;
   /** Answer with this HTTP error and an OpenAI error body. */
@@ -268,6 +273,7 @@ export async function startFakeOpenAI(opts: FakeOpenAIOptions = {}): Promise<Fak
 
     // The first delta carries the role (the SDK's stream helpers rely on it).
     res.write(delta({ role: 'assistant', content: '' }));
+    if (reply.waitFor) await reply.waitFor;
     let sent = 0;
     for (const c of chunks) {
       if (rec.aborted) return;

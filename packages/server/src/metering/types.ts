@@ -88,6 +88,8 @@ export interface Metering {
     workspaceId: string,
     reserveTokens: number,
   ): Promise<{ quota: number | null; cycleStart: Date; reservationId: string | null }>;
+  /** The rate-limit rules (for statements that take a unit themselves, like app chat's admission). */
+  readonly settings: { rateLimits: Record<RateLimitBucket, { limit: number; windowSeconds: number }> };
   /** Expected reply lengths per model and endpoint (`estimatorKey`): sizes holds and quota reservations. */
   readonly estimator: {
     expect(key: string, maxTokens?: number): number;

@@ -354,7 +354,14 @@ export const runStore = {
     return em.transactional(async (tx) => {
       if (owner !== null && pending.length > 0) await runStore.writeEvents(tx, owner, pending);
       const ownerClause = owner === null ? '' : ' and lease_owner = ?';
-      const statusClause = status === 'cancelled' ? `status = 'running'` : `status in ('pending', 'running')`;
+      // A cancel through here ends a run no worker holds: a queued (`pending`) one. A running
+      // run is cancelled with `cancel`, so its worker writes `run.cancelled` after its events.
+      const statusClause =
+        status !== 'cancelled'
+          ? `status in ('pending', 'running')`
+          : owner === null
+            ? `status = 'pending'`
+            : `status = 'running'`;
       const rows = await tx.execute<Row[]>(
         `update runs set status = ?, error = ?, completed_at = now(), updated_at = now(),
            lease_owner = null, lease_expires_at = null, waiting = false

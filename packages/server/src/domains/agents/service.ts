@@ -499,13 +499,19 @@ export class AgentsService {
        order by created_at`,
       [session.id],
     );
+    // Queued turns first: cancelling the running one first would let the next queued turn start.
+    active.sort((a, b) => (a.status === b.status ? 0 : a.status === 'pending' ? -1 : 1));
     for (const r of active) {
-      if (r.status !== 'running') {
-        await runStore.finish(this.em, r.id as string, null, 'cancelled', {}).catch(() => null);
-        continue;
+      if (r.status === 'pending') {
+        const ended = await runStore.finish(this.em, r.id as string, null, 'cancelled', {}).catch(() => null);
+        if (ended) {
+          await this.deps.runs.bus.publish({ t: 'event', runId: ended.runId, seq: ended.seq });
+          continue;
+        }
+        // Claimed meanwhile: cancel it as a running run.
       }
       const run = await runStore.getRun(this.em, r.id as string);
-      if (run) await this.deps.runs.cancel(this.em, run).catch(() => undefined);
+      if (run?.status === 'running') await this.deps.runs.cancel(this.em, run).catch(() => undefined);
     }
     const runId = randomUUID();
     const run = await this.em.transactional(async (tx) => {

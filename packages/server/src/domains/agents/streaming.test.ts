@@ -3,7 +3,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { WORKER_LOST_ERROR } from '../../runs/index.js';
 import {
   createTestWorkspace,
@@ -136,7 +136,13 @@ describe('one process: memory after the durable horizon', () => {
   beforeAll(async () => {
     node = await startTestServer({
       db: api.db,
-      env: { ...fakeOpenAIEnv(fake), RUN_POLL_INTERVAL_MS: '50', RATE_LIMIT_AGENT_MESSAGE: '1000' },
+      // The run limits are the defaults (RUN_WORKER_CONCURRENCY, RUN_TURN_CONCURRENCY unset).
+      env: {
+        ...fakeOpenAIEnv(fake),
+        RUN_POLL_INTERVAL_MS: '50',
+        RATE_LIMIT_AGENT_MESSAGE: '1000',
+        RATE_LIMIT_SESSION_CREATE: '1000',
+      },
     });
   });
   afterAll(async () => {
@@ -201,6 +207,59 @@ describe('one process: memory after the durable horizon', () => {
         [sessionId],
       );
     expect(users[0]?.n).toBe(1);
+  });
+
+  it('starts 50 concurrent turns at once with the default limits: none waits for another to end', {
+    timeout: 180_000,
+  }, async () => {
+    const N = 50;
+    const a = await node.api('/managed-agents/agents', {
+      method: 'POST',
+      key: ws.apiKey,
+      json: { name: 'Crowd' },
+    });
+    const agentId = ((await a.json()) as any).agent.id as string;
+    const sessions = await Promise.all(
+      Array.from({ length: N }, async () => {
+        const s = await node.api(`/managed-agents/agents/${agentId}/sessions`, {
+          method: 'POST',
+          key: ws.apiKey,
+          json: {},
+        });
+        expect(s.status).toBe(201);
+        return ((await s.json()) as any).session.id as string;
+      }),
+    );
+    // Every reply is held open after its first byte until all N model calls are under way: with
+    // turns queued behind a smaller pool, the calls beyond it would never start and this fails.
+    let release = () => {};
+    const gate = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const before = fake.requests.length;
+    fake.script(...Array.from({ length: N }, () => ({ text: 'all at once', chunkSize: 4, waitFor: gate })));
+    try {
+      const turns = await Promise.all(sessions.map((s) => openTurn(node, ws.apiKey, s, { message: 'go' })));
+      await Promise.all(turns.map((t) => t.until('run.started')));
+      await vi.waitFor(() => expect(fake.requests.length - before).toBe(N), {
+        timeout: 120_000,
+        interval: 50,
+      });
+      expect(fake.requests.slice(before).filter((r) => r.completed)).toHaveLength(0);
+      const running = await api.server.deps.em().execute<{ n: number }[]>(
+        `select count(*)::int as n from runs where session_id in (${sessions.map(() => '?').join(', ')})
+             and status = 'running'`,
+        sessions,
+      );
+      expect(running[0]?.n).toBe(N);
+      release();
+      for (const events of await Promise.all(turns.map((t) => t.rest()))) {
+        expect(events.at(-1)?.data.type).toBe('run.completed');
+        expect(deltaText(events)).toBe('all at once');
+      }
+    } finally {
+      release();
+    }
   });
 
   it('a reader that reconnects after a gap with Last-Event-ID gets exactly what it missed', async () => {

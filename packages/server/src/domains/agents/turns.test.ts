@@ -236,6 +236,31 @@ describe('integrator-owned tools', () => {
     expect((await third.rest()).at(-1)?.data.type).toBe('run.cancelled');
     expect((await fourth.rest()).at(-1)?.data.type).toBe('run.completed');
   });
+
+  it('an interrupt also cancels a turn still queued behind the running one', async () => {
+    const { sessionId } = await createAgentWithSession(ts, ws.apiKey, {
+      name: 'Queued',
+      config: { customTools: [{ name: 'wait_for_human' }] },
+    });
+    ts.fake.script({ toolCalls: [{ id: 'q1', name: 'wait_for_human', arguments: '{}' }] });
+    const running = await openTurn(ts, ws.apiKey, sessionId, { message: 'one' });
+    await running.until('tool_call.pending');
+    const queued = await openTurn(ts, ws.apiKey, sessionId, { message: 'two', concurrency: 'queue' });
+
+    ts.fake.script({ text: 'took over' });
+    const third = await openTurn(ts, ws.apiKey, sessionId, { message: 'three', concurrency: 'interrupt' });
+    expect((await running.rest()).at(-1)?.data.type).toBe('run.cancelled');
+    const queuedEvents = await queued.rest();
+    expect(queuedEvents.map((e) => e.data.type)).toEqual(['run.cancelled']);
+    const thirdEvents = await third.rest();
+    expect(thirdEvents.at(-1)?.data.type).toBe('run.completed');
+    expect(thirdEvents.find((e) => e.data.type === 'message.completed')?.data.content).toBe('took over');
+
+    const timeline = await ts.api(`/managed-agents/sessions/${sessionId}/events`, { key: ws.apiKey });
+    const { events: tl } = (await timeline.json()) as { events: any[] };
+    const runs = tl.filter((e) => e.type === 'turn_run').map((e) => e.status);
+    expect(runs).toEqual(['cancelled', 'cancelled', 'completed']);
+  });
 });
 
 describe('callback tools', () => {

@@ -1,27 +1,46 @@
 import { randomUUID } from 'node:crypto';
-import type { EntityManager } from '@mikro-orm/postgresql';
 import type { Logger } from 'pino';
-import type { Principal } from '../../auth/principal.js';
-import { AppError } from '../../http/errors.js';
+import {
+  ACTIVE_API_KEY_WHERE,
+  API_KEY_FROM,
+  hashApiKey,
+  LAST_USED_RESOLUTION_SECONDS,
+} from '../../auth/api-keys.js';
+import { apiKeyPrincipal, type Principal } from '../../auth/principal.js';
+import type { SqlExecutor } from '../../db/sql.js';
+import { AppError, INVALID_REQUEST_BODY } from '../../http/errors.js';
+import { RATE_LIMIT_WINDOW_START, rateLimitHeaders, rateLimitUpsert } from '../../metering/service.js';
 import type { GenerationMeter, Metering } from '../../metering/types.js';
 import type { LlmMessage, LlmProvider, LlmUsage, ModelCatalog, ModelInfo } from '../../providers/llm.js';
 import type { ChatMessageInput, ChatResponse, ChatStreamEvent } from './schema.js';
-import {
-  type AppRow,
-  AppsService,
-  appControls,
-  appendMessages,
-  MemoryService,
-  type ThreadRow,
-} from './service.js';
+import { type AppRow, appControls, appNotFound, isUuid, type ThreadRow, threadNotFound } from './service.js';
 
-/** What app chat needs beyond the database. */
+/**
+ * What app chat needs beyond the request. Its statements run on the plain pool (`db/sql.ts`)
+ * with the pool's metering (usage records batched), off the ORM: this is a hot path.
+ */
 export interface ChatDeps {
   llm: LlmProvider;
   models: ModelCatalog;
   metering: Metering;
+  db: SqlExecutor;
   log: Logger;
 }
+
+/** The pool-backed `ChatDeps` of a server. */
+export const appChatDeps = (deps: {
+  llm: LlmProvider;
+  models: ModelCatalog;
+  poolMetering: Metering;
+  db: { sql: SqlExecutor };
+  log: Logger;
+}): ChatDeps => ({
+  llm: deps.llm,
+  models: deps.models,
+  metering: deps.poolMetering,
+  db: deps.db.sql,
+  log: deps.log,
+});
 
 export const DEFAULT_SYSTEM_PROMPT = 'You are a helpful assistant.';
 export const DEFAULT_MAX_CONTEXT_MESSAGES = 20;
@@ -29,13 +48,19 @@ const CONTEXT_JSON_LIMIT = 4000;
 const HISTORY_ITEM_LIMIT = 8000;
 export const INSUFFICIENT_CREDITS = 'Insufficient credits';
 
-/** A turn whose user message is stored and whose prompt is built; the model is not called yet. */
+/** A turn admitted and its credits held, its prompt built; the model is not called yet. */
 export interface PreparedTurn {
+  principal: Principal;
   app: AppRow;
   model: ModelInfo;
-  thread: ThreadRow;
+  /** The thread's id: an existing one, or the one the turn creates when it ends. */
+  threadId: string;
+  /** Merged into the thread's metadata (`external_user_id`, …). */
+  identity: Record<string, string>;
+  sessionId: string | null;
   turnId: string;
-  userMessageId: string;
+  message: string;
+  callerRole: string;
   messages: LlmMessage[];
   temperature?: number;
   maxTokens?: number;
@@ -84,48 +109,176 @@ export function buildPrompt(
 
 const newTurnId = () => `turn_${randomUUID().replaceAll('-', '')}`;
 
+/** Who is calling: an API key not resolved yet (resolved by the admission statement), or a principal. */
+export type AppChatCaller = { apiKey: string } | { principal: Principal };
+
+interface AdmissionRow {
+  key_id: string | null;
+  key_name: string | null;
+  workspace_id: string;
+  workspace_name: string | null;
+  app: AppRow | null;
+  thread: ThreadRow | null;
+  history: { role: string; content: string }[] | null;
+  hits: number | null;
+  reset_in: string | number | null;
+}
+
+/**
+ * The admission of an app chat turn as ONE statement: the key (when the caller sends one;
+ * `last_used_at` refreshed at most once a minute), the app, the thread and its recent
+ * messages (as many as `maxContextMessages`: the request's, else the app's, else 20), and a
+ * unit of the workspace's `app_chat` rate limit, taken only for a valid request to an app
+ * that exists (`admit`).
+ */
+function admissionSql(byKey: boolean, subject: boolean): string {
+  const k = byKey
+    ? `async_commit as (select set_config('synchronous_commit', 'off', true) as v), k as (
+         select k.id, k.name, k.workspace_id, w.name as workspace_name
+           from ${API_KEY_FROM} cross join async_commit
+          where ${ACTIVE_API_KEY_WHERE}
+       ), touch as (
+         update api_keys set last_used_at = now()
+          where id in (
+            select a.id from api_keys a join k on k.id = a.id
+             where a.last_used_at is null
+                or a.last_used_at < now() - interval '${LAST_USED_RESOLUTION_SECONDS} seconds'
+               for update of a skip locked)
+       )`
+    : `k as (select null::uuid as id, null::text as name, ?::uuid as workspace_id, null::text as workspace_name)`;
+  return `with ${k}, a as (
+       select a.* from apps a join k on a.workspace_id = k.workspace_id
+        where a.id = ?::uuid and a.app_type = 'app'
+     ), t as (
+       select t.* from app_threads t join a on t.app_id = a.id and t.workspace_id = a.workspace_id
+        where t.id = ?::uuid${subject ? ` and t.metadata ->> 'external_user_id' = ?` : ''}
+     ), h as (
+       select m.role, m.content, m.sequence_number from app_thread_messages m join t on m.thread_id = t.id
+        where m.provider_status not in ('error', 'aborted', 'pending')
+        order by m.sequence_number desc
+        limit (select coalesce(?::int,
+                 case when jsonb_typeof(a.config -> 'controls' -> 'maxContextMessages') = 'number'
+                      then (a.config -> 'controls' ->> 'maxContextMessages')::numeric::int end,
+                 ${DEFAULT_MAX_CONTEXT_MESSAGES}) from a)
+     ), rl as (
+       ${rateLimitUpsert(`select ? || k.workspace_id::text, ${RATE_LIMIT_WINDOW_START}, 1 from k
+          where ?::boolean and exists (select 1 from a)`)}
+     )
+     select k.id as key_id, k.name as key_name, k.workspace_id, k.workspace_name,
+            (select row_to_json(a) from a) as app, (select row_to_json(t) from t) as thread,
+            (select json_agg(json_build_object('role', h.role, 'content', h.content) order by h.sequence_number)
+               from h) as history,
+            rl.hits, rl.reset_in
+       from k left join rl on true`;
+}
+
+const ADMISSION_SQL = new Map<string, string>();
+const admission = (byKey: boolean, subject: boolean) => {
+  const key = `${byKey}:${subject}`;
+  let sql = ADMISSION_SQL.get(key);
+  if (!sql) {
+    sql = admissionSql(byKey, subject);
+    ADMISSION_SQL.set(key, sql);
+  }
+  return sql;
+};
+
+/**
+ * A turn's memory in ONE statement, after the model answered (or failed): the thread
+ * (created for a new conversation, else its identity metadata and session merged in), its
+ * counter bumped, and the user message and the reply (when there is one) numbered after it.
+ */
+const SAVE_TURN_SQL = `with th as (
+    insert into app_threads as t (id, workspace_id, app_id, session_id, metadata, message_count)
+    values (?::uuid, ?::uuid, ?::uuid, ?, ?::jsonb, ?::int)
+    on conflict (id) do update set
+      metadata = t.metadata || excluded.metadata,
+      session_id = coalesce(t.session_id, excluded.session_id),
+      message_count = t.message_count + excluded.message_count,
+      updated_at = now()
+    returning id, workspace_id, app_id, message_count
+  ), ins as (
+    insert into app_thread_messages
+      (id, workspace_id, app_id, thread_id, role, content, sequence_number, request_id, turn_id,
+       provider_status, error_code, latency_ms, input_tokens, output_tokens, cost_micros, metadata)
+    select gen_random_uuid(), th.workspace_id, th.app_id, th.id, m.role, m.content,
+           th.message_count - ?::int + m.ord, ?, ?, m.provider_status, m.error_code, m.latency_ms,
+           m.input_tokens, m.output_tokens, m.cost_micros, m.metadata
+      from th, jsonb_to_recordset(?::jsonb) as m(ord int, role text, content text, provider_status text,
+           error_code text, latency_ms int, input_tokens int, output_tokens int, cost_micros bigint,
+           metadata jsonb)
+  )
+  select id from th`;
+
 /** App chat (spec 4.6 / 6.2): one turn = user message stored, model streamed, reply stored, credits debited. */
 export class AppChatService {
   constructor(
-    private readonly em: EntityManager,
-    private readonly principal: Principal,
     private readonly deps: ChatDeps,
     private readonly requestId: string,
   ) {}
 
   /**
    * Everything that can fail before the model is called, as plain errors (so a stream answers
-   * with a JSON error status, not an event): app, model, credits, thread. Stores the user message.
+   * with a JSON error status, not an event), in two statements: the admission (key, app,
+   * thread and history, rate limit) and the credit hold. In order: 401 (key), the body's 400
+   * (`invalid`), 401 `Unauthorized or app not found`, the model's 400/503, 429, 404
+   * `Thread not found`, 402 `Insufficient credits`. Nothing is stored yet: the thread and the
+   * messages are written in one statement when the turn ends (`run`).
    */
-  async prepare(input: ChatMessageInput, endpoint: string): Promise<PreparedTurn> {
-    const app = await new AppsService(this.em, this.principal).require(input.appId);
+  async prepare(
+    caller: AppChatCaller,
+    appId: string,
+    input: ChatMessageInput | undefined,
+    endpoint: string,
+    invalid?: AppError,
+    onPrincipal?: (principal: Principal) => void,
+  ): Promise<PreparedTurn> {
+    const given = 'principal' in caller ? caller.principal : undefined;
+    const subject = given?.widgetSubject;
+    const rule = this.deps.metering.settings.rateLimits.app_chat;
+    const limited = !invalid && !!rule && rule.limit > 0;
+    const w = rule?.windowSeconds ?? 60;
+    const scopedOut = !isUuid(appId) || (given?.appId !== undefined && given.appId !== appId);
+    const threadParam = input?.threadId !== undefined && isUuid(input.threadId) ? input.threadId : null;
+    const rows = await this.deps.db.execute<AdmissionRow[]>(admission(!given, !!subject), [
+      'apiKey' in caller ? hashApiKey(caller.apiKey) : (given as Principal).workspaceId,
+      scopedOut ? null : appId,
+      threadParam,
+      ...(subject ? [subject] : []),
+      input?.controls?.maxContextMessages ?? null,
+      'app_chat:',
+      w,
+      w,
+      limited,
+      w,
+    ]);
+    const row = rows[0];
+    if (!row) throw new AppError(401, 'Invalid API key');
+    const principal =
+      given ??
+      apiKeyPrincipal({
+        id: row.key_id as string,
+        name: row.key_name,
+        workspace_id: row.workspace_id,
+        workspace_name: row.workspace_name ?? '',
+      });
+    onPrincipal?.(principal);
+    if (invalid || !input) throw invalid ?? new AppError(400, INVALID_REQUEST_BODY);
+    const app = row.app;
+    if (!app) throw appNotFound();
     const model = this.deps.models.resolve('chat', app.model_id);
-    const headers = await this.deps.metering.rateLimit(this.principal.workspaceId, 'app_chat');
-    const memory = new MemoryService(this.em, this.principal);
-    const thread0 =
-      input.threadId !== undefined ? await memory.findThread(this.em, app.id, input.threadId) : undefined;
+    const headers = limited && rule ? rateLimitHeaders(rule, Number(row.hits), Number(row.reset_in)) : {};
+    if (input.threadId !== undefined && !row.thread) throw threadNotFound();
+    const thread0 = row.thread;
     const threadId = thread0?.id ?? randomUUID();
     const controls = { ...appControls(app), ...(input.controls ?? {}) };
-    const maxContext = controls.maxContextMessages ?? DEFAULT_MAX_CONTEXT_MESSAGES;
-    const turnId = newTurnId();
-    const history =
-      thread0 && maxContext > 0
-        ? (
-            await this.em.execute<{ role: string; content: string }[]>(
-              `select role, content from app_thread_messages
-                where thread_id = ? and provider_status not in ('error', 'aborted', 'pending')
-                order by sequence_number desc limit ?`,
-              [thread0.id, maxContext],
-            )
-          ).reverse()
-        : [];
-    const messages = buildPrompt(app, input, history);
+    const messages = buildPrompt(app, input, row.history ?? []);
     // 402 `Insufficient credits` up front, holding the prompt's cost and the expected reply
     // (capped by maxTokens); topped up while a longer reply streams.
     const meter = await this.deps.metering.startGeneration(
       {
-        workspaceId: this.principal.workspaceId,
-        apiKeyId: this.principal.keyId ?? null,
+        workspaceId: principal.workspaceId,
+        apiKeyId: principal.keyId ?? null,
         appId: app.id,
         threadId,
         sessionId: thread0?.session_id ?? input.sessionId ?? null,
@@ -137,73 +290,28 @@ export class AppChatService {
       },
       { inputTokens: estimateUsage(messages, '').inputTokens, maxTokens: controls.maxTokens },
     );
-
-    try {
-      return await this.em.transactional(async (tx) => {
-        let thread: ThreadRow;
-        if (thread0) {
-          thread = await memory.findThread(tx, app.id, thread0.id);
-        } else {
-          thread = await memory.insertThread(tx, app.id, { sessionId: input.sessionId ?? null }, threadId);
-        }
-        const identity = this.identityMetadata(input);
-        if (Object.keys(identity).length > 0 || (input.sessionId && !thread.session_id)) {
-          const rows = await tx.execute<ThreadRow[]>(
-            `update app_threads set metadata = metadata || ?::jsonb, session_id = coalesce(session_id, ?)
-              where id = ? returning *`,
-            [JSON.stringify(identity), input.sessionId ?? null, thread.id],
-          );
-          thread = rows[0] as ThreadRow;
-        }
-        const { ids } = await appendMessages(
-          tx,
-          { id: thread.id, workspaceId: thread.workspace_id, appId: app.id },
-          [
-            {
-              role: 'user',
-              content: input.message,
-              requestId: this.requestId,
-              turnId,
-              providerStatus: 'pending',
-              metadata: { callerRole: input.role },
-            },
-          ],
-        );
-        return {
-          app,
-          model,
-          thread,
-          turnId,
-          userMessageId: ids[0] as string,
-          messages,
-          temperature: controls.temperature,
-          maxTokens: controls.maxTokens,
-          endpoint,
-          meter,
-          headers,
-        };
-      });
-    } catch (err) {
-      // Nothing was sent upstream: the hold goes back whole, with no usage record.
-      await meter.release().catch(() => {});
-      throw err;
-    }
-  }
-
-  /** `external_user_id` / `anonymous_visitor_id` for insights' `user_key`; a subject-bound token wins. */
-  private identityMetadata(input: ChatMessageInput): Record<string, string> {
-    const out: Record<string, string> = {};
-    const ext = input.externalIdentity;
-    if (ext?.externalUserId) out.external_user_id = ext.externalUserId;
-    if (ext?.anonymousVisitorId) out.anonymous_visitor_id = ext.anonymousVisitorId;
-    if (ext?.role) out.external_user_role = ext.role;
-    if (this.principal.widgetSubject) out.external_user_id = this.principal.widgetSubject;
-    return out;
+    return {
+      principal,
+      app,
+      model,
+      threadId,
+      identity: identityMetadata(input, principal),
+      sessionId: input.sessionId ?? null,
+      turnId: newTurnId(),
+      message: input.message,
+      callerRole: input.role,
+      messages,
+      temperature: controls.temperature,
+      maxTokens: controls.maxTokens,
+      endpoint,
+      meter,
+      headers,
+    };
   }
 
   /**
    * Calls the model and yields the spec's stream events. Always ends with `done` or `error`;
-   * on failure the user message stays, marked `error` (or `aborted` when the caller left).
+   * on failure the user message is stored marked `error` (or `aborted` when the caller left).
    */
   async *run(turn: PreparedTurn, signal?: AbortSignal): AsyncGenerator<ChatRunEvent> {
     try {
@@ -242,7 +350,7 @@ export class AppChatService {
           : new AppError(502, 'AI service is temporarily unavailable', 'MODEL_ERROR');
       const code = appErr.code === 'INSUFFICIENT_CREDITS' ? 'INSUFFICIENT_CREDITS' : 'MODEL_ERROR';
       await this.fail(turn, aborted ? 'aborted' : 'error', code, Date.now() - started).catch((e) =>
-        this.deps.log.error({ err: e }, 'app chat: could not mark the turn failed'),
+        this.deps.log.error({ err: e }, 'app chat: could not store the failed turn'),
       );
       if (!aborted) this.deps.log.warn({ err, turnId: turn.turnId }, 'app chat: model call failed');
       yield { type: 'error', code, message: appErr.message, cause: appErr };
@@ -257,11 +365,12 @@ export class AppChatService {
 
   /** The non-streaming endpoint: the same turn, collected. */
   async complete(
+    principal: Principal,
     input: ChatMessageInput,
     endpoint: string,
     headersOut: Record<string, string> = {},
   ): Promise<ChatResponse> {
-    const turn = await this.prepare(input, endpoint);
+    const turn = await this.prepare({ principal }, input.appId, input, endpoint);
     Object.assign(headersOut, turn.headers);
     let content = '';
     for await (const ev of this.run(turn)) {
@@ -281,21 +390,58 @@ export class AppChatService {
     throw new AppError(502, 'AI service is temporarily unavailable', 'MODEL_ERROR');
   }
 
+  /** Writes the thread and the turn's messages (one statement; see `SAVE_TURN_SQL`). */
+  private async save(turn: PreparedTurn, messages: TurnMessage[]): Promise<void> {
+    const rows = messages.map((m, i) => ({
+      ord: i + 1,
+      role: m.role,
+      content: m.content,
+      provider_status: m.providerStatus,
+      error_code: m.errorCode ?? null,
+      latency_ms: Math.max(0, Math.round(m.latencyMs ?? 0)),
+      input_tokens: m.inputTokens ?? 0,
+      output_tokens: m.outputTokens ?? 0,
+      cost_micros: m.costMicros ?? 0,
+      metadata: m.metadata,
+    }));
+    await this.deps.db.execute(SAVE_TURN_SQL, [
+      turn.threadId,
+      turn.principal.workspaceId,
+      turn.app.id,
+      turn.sessionId,
+      JSON.stringify(turn.identity),
+      rows.length,
+      rows.length,
+      this.requestId,
+      turn.turnId,
+      JSON.stringify(rows),
+    ]);
+  }
+
+  private userMessage(turn: PreparedTurn, status: string, extra: Partial<TurnMessage> = {}): TurnMessage {
+    return {
+      role: 'user',
+      content: turn.message,
+      providerStatus: status,
+      metadata: { callerRole: turn.callerRole },
+      ...extra,
+    };
+  }
+
   private async succeed(
     turn: PreparedTurn,
     text: string,
     usage: LlmUsage,
     latencyMs: number,
   ): Promise<Extract<ChatStreamEvent, { type: 'done' }>> {
-    const ws = this.principal.workspaceId;
     const costMicros = turn.meter.costMicros();
-    await this.em.transactional(async (tx) => {
-      await appendMessages(tx, { id: turn.thread.id, workspaceId: ws, appId: turn.app.id }, [
+    // The memory and the settlement (with its usage record) are independent statements.
+    await Promise.all([
+      this.save(turn, [
+        this.userMessage(turn, 'success'),
         {
           role: 'assistant',
           content: text,
-          requestId: this.requestId,
-          turnId: turn.turnId,
           providerStatus: 'success',
           latencyMs,
           inputTokens: usage.inputTokens,
@@ -303,16 +449,13 @@ export class AppChatService {
           costMicros,
           metadata: { model: turn.model.id, ...(usage.estimated ? { usageEstimated: true } : {}) },
         },
-      ]);
-      await tx.execute(`update app_thread_messages set provider_status = 'success' where id = ?`, [
-        turn.userMessageId,
-      ]);
-    });
-    await turn.meter.finish('success');
+      ]),
+      turn.meter.finish('success'),
+    ]);
     const window = turn.model.contextWindow > 0 ? usage.inputTokens / turn.model.contextWindow : 0;
     return {
       type: 'done',
-      threadId: turn.thread.id,
+      threadId: turn.threadId,
       turnId: turn.turnId,
       contextWindow: { utilization: Math.min(1, Math.max(0, window)) },
       metadata: {
@@ -328,13 +471,35 @@ export class AppChatService {
   }
 
   private async fail(turn: PreparedTurn, status: 'error' | 'aborted', code: string, latencyMs: number) {
-    await this.em.execute(
-      `update app_thread_messages set provider_status = ?, error_code = ?, latency_ms = ? where id = ?`,
-      [status, code, Math.max(0, Math.round(latencyMs)), turn.userMessageId],
-    );
     // Streamed output so far is charged (the upstream produced it); input is unknown.
-    await turn.meter.finish(status);
+    await Promise.all([
+      this.save(turn, [this.userMessage(turn, status, { errorCode: code, latencyMs })]),
+      turn.meter.finish(status),
+    ]);
   }
+}
+
+interface TurnMessage {
+  role: 'user' | 'assistant';
+  content: string;
+  providerStatus: string;
+  errorCode?: string;
+  latencyMs?: number;
+  inputTokens?: number;
+  outputTokens?: number;
+  costMicros?: number;
+  metadata: Record<string, unknown>;
+}
+
+/** `external_user_id` / `anonymous_visitor_id` for insights' `user_key`; a subject-bound token wins. */
+function identityMetadata(input: ChatMessageInput, principal: Principal): Record<string, string> {
+  const out: Record<string, string> = {};
+  const ext = input.externalIdentity;
+  if (ext?.externalUserId) out.external_user_id = ext.externalUserId;
+  if (ext?.anonymousVisitorId) out.anonymous_visitor_id = ext.anonymousVisitorId;
+  if (ext?.role) out.external_user_role = ext.role;
+  if (principal.widgetSubject) out.external_user_id = principal.widgetSubject;
+  return out;
 }
 
 /** About 4 characters per token (spec 8), when the upstream reports no usage. */

@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { keyProcedure, router } from '../../trpc.js';
 import { appProcedure } from './auth.js';
-import { AppChatService } from './chat.js';
+import { AppChatService, appChatDeps } from './chat.js';
 import {
   AppListSchema,
   AppSchema,
@@ -141,7 +141,8 @@ export const appsRouter = router({
     .input(ChatMessageInput)
     .output(ChatResponseSchema)
     .mutation(({ ctx, input }) =>
-      new AppChatService(ctx.em, ctx.principal, ctx.deps, ctx.requestId).complete(
+      new AppChatService(appChatDeps(ctx.deps), ctx.requestId).complete(
+        ctx.principal,
         input,
         '/apps/{appId}/chat/message',
         ctx.responseHeaders,

@@ -1,5 +1,8 @@
 import type { Request, Response } from 'express';
+import { bearerToken, isWellFormedApiKey } from '../../auth/api-keys.js';
 import { API_KEY_OR_WIDGET, authenticate } from '../../auth/authenticate.js';
+import { isSessionToken } from '../../auth/sessions.js';
+import { WIDGET_TOKEN_PREFIX } from '../../auth/widget-tokens.js';
 import type { ServerDeps } from '../../context.js';
 import {
   AppError,
@@ -13,7 +16,7 @@ import { jsonBodyParser } from '../../http/json-body.js';
 import { securityFor } from '../../http/openapi-security.js';
 import type { RawRouteModule } from '../../http/raw-routes.js';
 import { SseWriter } from '../../http/sse.js';
-import { AppChatService } from './chat.js';
+import { type AppChatCaller, AppChatService, appChatDeps } from './chat.js';
 import { appsCors } from './cors.js';
 import { ChatMessageInput, ChatStreamEventSchema } from './schema.js';
 
@@ -25,22 +28,42 @@ const HEARTBEAT_MS = 15_000;
  * the model is called answers with a JSON error status; after that, failures are `error` events.
  */
 async function chatStream(deps: ServerDeps, req: Request, res: Response) {
-  const em = deps.em();
   let sse: SseWriter | undefined;
   try {
-    const principal = await authenticate(req, deps, em, API_KEY_OR_WIDGET);
+    // An API key is resolved by the admission statement itself; widget tokens (and the web
+    // console's session) authenticate first.
+    const token = bearerToken(req.headers.authorization);
+    let caller: AppChatCaller;
+    if (
+      !req.consoleApi &&
+      !req.principal &&
+      token &&
+      !token.startsWith(WIDGET_TOKEN_PREFIX) &&
+      !isSessionToken(token)
+    ) {
+      if (!isWellFormedApiKey(token)) throw new AppError(401, 'Invalid API key');
+      caller = { apiKey: token };
+    } else {
+      caller = { principal: await authenticate(req, deps, deps.em(), API_KEY_OR_WIDGET) };
+    }
+    let invalid: AppError | undefined;
+    let input: ChatMessageInput | undefined;
     if (
       !req.is('application/json') ||
       typeof req.body !== 'object' ||
       req.body === null ||
       Array.isArray(req.body)
     ) {
-      throw new AppError(400, INVALID_REQUEST_BODY);
+      invalid = new AppError(400, INVALID_REQUEST_BODY);
+    } else {
+      const parsed = ChatMessageInput.safeParse({ ...req.body, appId: req.params.appId });
+      if (parsed.success) input = parsed.data;
+      else invalid = validationError(parsed.error.issues);
     }
-    const parsed = ChatMessageInput.safeParse({ ...req.body, appId: req.params.appId });
-    if (!parsed.success) throw validationError(parsed.error.issues);
-    const service = new AppChatService(em, principal, deps, req.requestId ?? '');
-    const turn = await service.prepare(parsed.data, STREAM_PATH);
+    const service = new AppChatService(appChatDeps(deps), req.requestId ?? '');
+    const turn = await service.prepare(caller, String(req.params.appId), input, STREAM_PATH, invalid, (p) => {
+      req.principal = p;
+    });
     for (const [k, v] of Object.entries(turn.headers)) res.setHeader(k, v);
 
     const upstream = new AbortController();
