@@ -41,7 +41,9 @@ const handle =
     try {
       const em = deps.em();
       const principal = await authenticate(req, deps, em, API_KEY);
-      await fn(req, res, new AgentsService(em, deps as AgentDeps, principal));
+      // The stream routes' rate limit and credit check run on the plain pool (decision 0021).
+      const streamDeps = { ...deps, metering: deps.poolMetering } as AgentDeps;
+      await fn(req, res, new AgentsService(em, streamDeps, principal));
     } catch (err) {
       const e = toAppError(err);
       if (e.status >= 500) deps.log.error({ err }, 'request failed');

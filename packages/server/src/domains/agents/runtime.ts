@@ -384,5 +384,7 @@ async function loadAgent(em: EntityManager, appId: string, workspaceId: string):
 }
 
 export function registerAgentRuntime(deps: ServerDeps): void {
-  deps.runs.register(new TurnExecutor(deps as RuntimeDeps));
+  // Turns are a hot path: their holds, settlements and usage records (batched) go through the
+  // plain pool, off the ORM (decision 0021).
+  deps.runs.register(new TurnExecutor({ ...deps, metering: deps.poolMetering } as RuntimeDeps));
 }

@@ -195,7 +195,7 @@ describe('one process: memory after the durable horizon', () => {
       expect(((await r.json()) as any).code).toBe('TURN_IN_PROGRESS');
     }
     const events = await new TurnReader(ok[0] as Response).rest();
-    expect(events.at(-1)?.data.type).toBe('run.completed');
+    expect(events.at(-1)?.data).toMatchObject({ type: 'run.completed' });
     const runs = await api.server.deps
       .em()
       .execute<any[]>('select status, lease_owner, attempts from runs where session_id = ?', [sessionId]);
@@ -236,6 +236,7 @@ describe('one process: memory after the durable horizon', () => {
     const gate = new Promise<void>((resolve) => {
       release = resolve;
     });
+    fake.reset(); // nothing left scripted by an earlier test may answer these calls
     const before = fake.requests.length;
     fake.script(...Array.from({ length: N }, () => ({ text: 'all at once', chunkSize: 4, waitFor: gate })));
     try {
