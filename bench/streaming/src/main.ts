@@ -104,7 +104,7 @@ function once(t: Target, client: number): Promise<{ ttfb: number; total: number 
           if (t.firstText.test(seen)) ttfb = Number(process.hrtime.bigint() - t0) / 1e6;
         });
         res.on('end', () => {
-          if (ttfb < 0) reject(new Error(`${t.name}: no text in the stream`));
+          if (ttfb < 0) reject(new Error(`${t.name}: no text in the stream: ${seen.slice(-600)}`));
           else resolve({ ttfb, total: Number(process.hrtime.bigint() - t0) / 1e6 });
         });
         res.on('error', reject);
