@@ -306,6 +306,8 @@ interface QuotaRow {
   tokens: number;
   oneRequest: number;
   upstreamCalls: number;
+  /** The requests that ended with neither 200 nor 403: status and body, or the client's error. */
+  others: string[];
   verdict: string;
 }
 
@@ -339,13 +341,19 @@ async function quotaBurst(
   const oneRequest = Number(one?.t ?? 0);
   const ws = await createTestWorkspace(ts, { monthlyTokenQuota: quota });
   const before = ts.fake.requests.length;
+  // What the requests that ended with neither 200 nor 403 were (an HTTP status with the start
+  // of its body, or the client's error): an earlier run saw one and did not print it.
+  const others: string[] = [];
   const statuses = await Promise.all(
     Array.from({ length: n }, async () => {
       try {
         const res = await chat(ws.apiKey);
         const body = await res.text();
+        if (res.status !== 200 && res.status !== 403) others.push(`${res.status} ${body.slice(0, 120)}`);
         return res.status === 403 && body.includes('Token limit exceeded') ? 403 : res.status;
-      } catch {
+      } catch (err) {
+        const e = err as Error & { cause?: { code?: string; message?: string } };
+        others.push(`client error: ${e.message} ${e.cause?.code ?? ''} ${e.cause?.message ?? ''}`.trim());
         return 0;
       }
     }),
@@ -369,6 +377,7 @@ async function quotaBurst(
     tokens,
     oneRequest,
     upstreamCalls,
+    others,
     verdict: tokens <= quota + oneRequest && upstreamCalls === completed ? 'ok' : 'FAIL',
   } satisfies QuotaRow;
 }
@@ -488,6 +497,9 @@ if (allQuota.length > 0) {
     console.log(
       `| ${r.db} | ${r.quota} | ${r.n} | ${r.completed} | ${r.refused403} | ${r.other} | ${r.tokens} | ${r.oneRequest} | ${r.upstreamCalls} | ${r.verdict} |`,
     );
+  }
+  for (const r of allQuota) {
+    for (const o of r.others) console.log(`other (${r.db}, quota ${r.quota}, N ${r.n}): ${o}`);
   }
 }
 const failed = [...allCredit, ...allQuota].filter((r) => r.verdict !== 'ok').length;

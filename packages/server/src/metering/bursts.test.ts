@@ -1,5 +1,12 @@
+import {
+  type FakeOpenAIImages,
+  type FakeReplicate,
+  startFakeOpenAIImages,
+  startFakeReplicate,
+} from '@ai-suite/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
+  createTestSession,
   createTestWorkspace,
   type FakeOpenAI,
   startTestServerWithFakeModel,
@@ -24,6 +31,8 @@ import {
 
 let ts: TestServer & { fake: FakeOpenAI };
 let rich: TestWorkspace;
+let replicate: FakeReplicate;
+let images: FakeOpenAIImages;
 const K = 4;
 const N = 24;
 
@@ -51,8 +60,26 @@ const artifactBody = {
 };
 
 beforeAll(async () => {
+  replicate = await startFakeReplicate({ token: 'r8_test' });
+  images = await startFakeOpenAIImages({ apiKey: 'sk-images' });
   ts = await startTestServerWithFakeModel({
     env: {
+      // Images: a Replicate model priced per image, and a gpt-image-like model priced per
+      // image plus its tokens ($5 / $40 per million; 272 output tokens an image).
+      IMAGE_MODEL: 'acme/scan-gen',
+      IMAGE_MODEL_ID: 'scan-gen',
+      IMAGE_MODEL_PRICE_PER_IMAGE: '0.01',
+      REPLICATE_BASE_URL: replicate.baseUrl,
+      REPLICATE_API_TOKEN: 'r8_test',
+      IMAGE_ALT_MODEL: 'gpt-image-1',
+      IMAGE_ALT_BASE_URL: images.baseUrl,
+      IMAGE_ALT_API_KEY: 'sk-images',
+      IMAGE_ALT_MODEL_PRICE_PER_IMAGE: '0.02',
+      IMAGE_ALT_INPUT_PRICE_PER_MTOK: '5',
+      IMAGE_ALT_OUTPUT_PRICE_PER_MTOK: '40',
+      IMAGE_PREFER_WAIT_SECONDS: '1',
+      IMAGE_POLL_INITIAL_MS: '5',
+      IMAGE_POLL_MAX_MS: '20',
       RATE_LIMIT_APP_CHAT: '0',
       RATE_LIMIT_AGENT_MESSAGE: '0',
       RATE_LIMIT_SESSION_CREATE: '0',
@@ -71,7 +98,11 @@ beforeAll(async () => {
   });
   rich = await createTestWorkspace(ts, { creditsUsd: '100' });
 }, 120_000);
-afterAll(() => ts?.close());
+afterAll(async () => {
+  await ts?.close();
+  await replicate?.close();
+  await images?.close();
+});
 
 const json = async <T = any>(res: Response): Promise<T> => (await res.json()) as T;
 const sql = <T>(q: string, params: unknown[] = []) => ts.server.deps.em().execute<T[]>(q, params);
@@ -101,8 +132,13 @@ async function createSession(key: string, agentId: string): Promise<string> {
   return (await json(res)).session.id as string;
 }
 
-/** One request of a capability; resolves whether it completed, was refused (402) or failed. */
-type Attempt = (ws: TestWorkspace, i: number) => Promise<'completed' | 'refused' | 'failed'>;
+type Outcome = 'completed' | 'refused' | 'failed';
+/**
+ * One request of a capability; resolves whether it completed, was refused (402) or failed,
+ * with its `X-Request-Id` when its usage records carry it (then what each request was charged
+ * is checked per request, not only per record).
+ */
+type Attempt = (ws: TestWorkspace, i: number) => Promise<Outcome | { outcome: Outcome; requestId: string }>;
 
 interface Capability {
   name: string;
@@ -208,6 +244,67 @@ const capabilities: Capability[] = [
       };
     },
   },
+  ...(['scan-gen', 'gpt-image-1'] as const).map(
+    (model): Capability => ({
+      name: `image (${model})`,
+      endpoint: '/image',
+      async setup(ws) {
+        return async () => {
+          const res = await ts.api('/image', {
+            method: 'POST',
+            key: ws.apiKey,
+            json:
+              model === 'gpt-image-1'
+                ? { profile: 'ultrasound', provider: 'openai', operation: 'generate', prompt: 'a heart' }
+                : { prompt: 'a kidney in long axis, high contrast', model },
+          });
+          await res.text();
+          const requestId = res.headers.get('x-request-id') ?? '';
+          const outcome = res.status === 200 ? 'completed' : res.status === 402 ? 'refused' : 'failed';
+          return { outcome, requestId };
+        };
+      },
+    }),
+  ),
+  {
+    name: 'document QA',
+    endpoint: '/rag/query',
+    async setup(ws) {
+      const session = await createTestSession(ts, ws);
+      const fd = new FormData();
+      fd.append('workspace_id', ws.workspaceId);
+      fd.append(
+        'files[]',
+        new Blob(
+          [
+            '# Kettle manual\n\nThe warranty of the blue kettle lasts seven years from the date of purchase. ' +
+              'Descaling should be done every month in hard water areas.\n',
+          ],
+          { type: 'text/markdown' },
+        ),
+        'manual.md',
+      );
+      const up = await ts.api('/rag/upload', { method: 'POST', key: session.token, body: fd });
+      expect(up.status).toBe(200);
+      await up.text();
+      return async () => {
+        const res = await ts.api('/rag/query', {
+          method: 'POST',
+          key: session.token,
+          json: {
+            query: 'How long does the warranty of the blue kettle last?',
+            workspace_id: ws.workspaceId,
+          },
+        });
+        const body = await res.text();
+        const requestId = res.headers.get('x-request-id') ?? '';
+        if (res.status === 402) return { outcome: 'refused', requestId };
+        // An answer generated from the sources (not the "not found" answer without a model call).
+        const ok = res.status === 200 && JSON.parse(body).usage?.output_tokens > 0;
+        return { outcome: ok ? 'completed' : 'failed', requestId };
+      };
+    },
+  },
   {
     name: 'artifacts',
     endpoint: '/artifacts/generate',
@@ -236,10 +333,14 @@ describe('credit bursts: no unpaid work, no starvation, no charge without an ans
     it(cap.name, async () => {
       // Learn the reply length, and one complete request's cost.
       const attemptRich = await cap.setup(rich);
-      for (let i = 0; i < 3; i++) expect(await attemptRich(rich, i)).toBe('completed');
+      for (let i = 0; i < 3; i++) {
+        const r = await attemptRich(rich, i);
+        expect(typeof r === 'string' ? r : r.outcome).toBe('completed');
+      }
+      // A request's cost: all its records (document QA: the query embedding and the answer).
       const costs = await sql<{ c: string }>(
-        `select cost_micros as c from usage_records
-          where workspace_id = ? and endpoint = ? and provider_status = 'success'`,
+        `select sum(cost_micros) as c from usage_records
+          where workspace_id = ? and endpoint = ? and provider_status = 'success' group by request_id`,
         [rich.workspaceId, cap.endpoint],
       );
       const cost = Math.max(...costs.map((r) => Number(r.c)));
@@ -248,7 +349,8 @@ describe('credit bursts: no unpaid work, no starvation, no charge without an ans
       const credits = K * cost;
       const ws = await createTestWorkspace(ts, { creditsUsd: (credits / 1e6).toFixed(6) });
       const attempt = await cap.setup(ws);
-      const outcomes = await Promise.all(Array.from({ length: N }, (_, i) => attempt(ws, i)));
+      const results = await Promise.all(Array.from({ length: N }, (_, i) => attempt(ws, i)));
+      const outcomes = results.map((r) => (typeof r === 'string' ? r : r.outcome));
 
       const completed = outcomes.filter((o) => o === 'completed').length;
       const recs = await sql<{ cost_micros: string; provider_status: string; request_id: string }>(
@@ -275,6 +377,20 @@ describe('credit bursts: no unpaid work, no starvation, no charge without an ans
       expect(balance).toBeGreaterThanOrEqual(-cost);
       // No charge without an answer.
       expect(incomplete, JSON.stringify(summary)).toBeLessThanOrEqual(cost);
+      // Per request, where the records carry the request id: what the requests that did not
+      // complete were charged, whatever the status of their records (document QA: an
+      // embedding paid for by a query then refused would be a charge without an answer).
+      const ids = results.filter((r) => typeof r !== 'string');
+      if (ids.length > 0) {
+        const completedIds = new Set(ids.filter((r) => r.outcome === 'completed').map((r) => r.requestId));
+        const charged = recs
+          .filter((r) => !completedIds.has(r.request_id))
+          .reduce((s, r) => s + Number(r.cost_micros), 0);
+        expect(charged, JSON.stringify(summary)).toBeLessThanOrEqual(cost);
+        // Refused ones: nothing recorded at all.
+        const refusedIds = new Set(ids.filter((r) => r.outcome === 'refused').map((r) => r.requestId));
+        expect(recs.filter((r) => refusedIds.has(r.request_id))).toEqual([]);
+      }
       // What the ledger took is what was recorded (refused requests: nothing), and no hold is left.
       const ledger = await sql<{ amount_micros: string; kind: string; ref: string }>(
         "select amount_micros, kind, ref from credit_ledger where workspace_id = ? and kind <> 'grant'",

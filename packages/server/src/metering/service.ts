@@ -382,6 +382,23 @@ export interface GenerationOptions {
   minimumMicros?: number;
   /** Input tokens about to be sent (estimated): held up front, recorded if no usage comes back. */
   inputTokens?: number;
+  /**
+   * Input tokens expected (estimated) when they are not to be recorded if no usage comes back
+   * (a provider that bills nothing for a failed call: images): held up front only, corrected
+   * by the learned ratio like `inputTokens`. Ignored when `inputTokens` is given.
+   */
+  expectedInputTokens?: number;
+  /**
+   * Micro-dollars held on top, for a companion call of the same request on another model
+   * whose hold comes later (document QA: the answer's hold, taken first, also covers the
+   * query embedding). Refunded at `finish` like any unused part of the hold.
+   */
+  extraMicros?: number;
+  /**
+   * What a companion hold of the same request already holds for this one (its `extraMicros`):
+   * this hold may take the balance that far below zero, since that money is held already.
+   */
+  prepaidMicros?: number;
   /** The request's output limit: caps the expected reply the hold is sized for. */
   maxTokens?: number;
 }
@@ -436,6 +453,14 @@ export class GenerationMeter implements GenerationMeterContract {
     return this.held;
   }
 
+  /** Input tokens (estimated, uncorrected) held but not recorded: learns the ratio on the first report. */
+  private expectedRawInput = 0;
+
+  /** Notes input tokens expected (held) but not to be recorded if no usage comes back. */
+  expectInput(rawTokens: number): void {
+    if (Number.isFinite(rawTokens) && rawTokens > 0) this.expectedRawInput = Math.ceil(rawTokens);
+  }
+
   /** Notes a further model call about to send `inputTokens` (estimated) upstream. */
   beginCall(inputTokens: number): void {
     if (!Number.isFinite(inputTokens) || inputTokens <= 0) return;
@@ -445,10 +470,10 @@ export class GenerationMeter implements GenerationMeterContract {
 
   /** Adds the usage one model call reported (or estimated). */
   addUsage(usage: LlmUsage): void {
-    if (!usage.estimated && this.pendingRawInput > 0) {
-      this.metering.estimator.observeInput(this.key, this.pendingRawInput, usage.inputTokens);
-    }
+    const raw = this.pendingRawInput > 0 ? this.pendingRawInput : this.expectedRawInput;
+    if (!usage.estimated && raw > 0) this.metering.estimator.observeInput(this.key, raw, usage.inputTokens);
     this.pendingRawInput = 0;
+    this.expectedRawInput = 0;
     this.inputTokens += usage.inputTokens;
     this.outputTokens += usage.outputTokens;
     this.pendingChars = 0;
@@ -567,9 +592,8 @@ export class GenerationMeter implements GenerationMeterContract {
       if (!settled) return { costMicros, short: false };
       short = settled.short;
     }
-    if (providerStatus === 'success' && this.images === 0) {
-      this.metering.estimator.observe(this.key, outputTokens);
-    }
+    // Image models learn their output tokens too (gpt-image reports them; others report 0).
+    if (providerStatus === 'success') this.metering.estimator.observe(this.key, outputTokens);
     const { insufficientMessage: _m, model, ...rest } = this.input;
     await this.metering.record({
       ...rest,
@@ -720,12 +744,14 @@ export class PgMetering implements Metering {
     micros: number,
     ref: { reason: string; ref?: string },
     row?: { id: string; usedMicros: number; inputTokens: number; record: Record<string, unknown> },
+    /** How far below zero this hold may take the balance (what a companion hold prepaid for it). */
+    prepaidMicros = 0,
   ): Promise<boolean> {
     if (!Number.isSafeInteger(micros) || micros <= 0) throw new Error(`Invalid hold amount ${micros}`);
     const rows = await this.db().execute<{ after: string }[]>(
       `with upd as (
          update workspaces set credit_balance_micros = credit_balance_micros - ?::bigint, updated_at = now()
-         where id = ? and credit_balance_micros >= ?::bigint
+         where id = ? and credit_balance_micros + ?::bigint >= ?::bigint
          returning id, credit_balance_micros as after
        ), led as (
          insert into credit_ledger (id, workspace_id, amount_micros, balance_after_micros, kind, reason, ref)
@@ -741,6 +767,7 @@ export class PgMetering implements Metering {
       [
         micros,
         workspaceId,
+        Math.max(0, Math.floor(prepaidMicros)),
         micros,
         micros,
         ref.reason,
@@ -1203,6 +1230,19 @@ export class PgMetering implements Metering {
   // ---- generations ---------------------------------------------------------------------------
 
   /**
+   * The hold `startGeneration` would take for a call of `model` on `endpoint` sending
+   * `inputTokens` (estimated) and expecting the learned reply: to size a companion hold's
+   * `extraMicros` / `prepaidMicros`.
+   */
+  expectedHoldMicros(model: ModelInfo, endpoint: string, inputTokens: number): number {
+    const key = estimatorKey(model.id, endpoint);
+    const raw = Number.isFinite(inputTokens) && inputTokens > 0 ? Math.ceil(inputTokens) : 0;
+    const input = lineCost(Math.ceil(raw * this.estimator.inputFactor(key)), model.inputPricePerMTok);
+    const output = lineCost(this.estimator.expect(key), model.outputPricePerMTok);
+    return Math.max(1, input + output);
+  }
+
+  /**
    * Starts a metered generation. Credits meter: takes the hold (the known input cost, from
    * `inputTokens`, plus the expected reply: learned per model, capped by `maxTokens`; at least
    * `minimumMicros` and 1 µ$) in one conditional statement, 402 with the caller's message
@@ -1222,9 +1262,17 @@ export class PgMetering implements Metering {
     }
     const inputTokens = Math.ceil(rawInput * factor);
     const inputCost = lineCost(inputTokens, input.model.inputPricePerMTok);
+    // Input held but not recorded on failure (images): the recorded part above counts as used.
+    const expectedRaw = rawInput > 0 ? 0 : known(opts.expectedInputTokens);
+    const expectedInputCost = lineCost(Math.ceil(expectedRaw * factor), input.model.inputPricePerMTok);
     const expectedOutput = this.estimator.expect(key, opts.maxTokens);
     const outputCost = lineCost(expectedOutput, input.model.outputPricePerMTok);
-    const held = Math.max(1, known(opts.minimumMicros), inputCost + outputCost);
+    // An image model bills its image price on top of its tokens (gpt-image: both).
+    const imageMicros =
+      input.model.kind === 'image' ? Math.round((input.model.pricePerImage ?? 0) * 1_000_000) : 0;
+    const held =
+      Math.max(1, known(opts.minimumMicros), imageMicros + inputCost + expectedInputCost + outputCost) +
+      known(opts.extraMicros);
     const id = randomUUID();
     const { insufficientMessage: _m, model, ...usage } = input;
     const record: ExpiredHoldRecord = {
@@ -1244,10 +1292,13 @@ export class PgMetering implements Metering {
         inputTokens,
         record: record as unknown as Record<string, unknown>,
       },
+      known(opts.prepaidMicros),
     );
     if (!ok) throw insufficientCredits(input.insufficientMessage);
     this.leases.add(id);
-    return new GenerationMeter(this, input, held, id, rawInput, held, factor);
+    const meter = new GenerationMeter(this, input, held, id, rawInput, held, factor);
+    meter.expectInput(expectedRaw);
+    return meter;
   }
 }
 

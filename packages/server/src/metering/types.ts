@@ -114,16 +114,26 @@ export interface Metering {
   ): Promise<{ quota: number | null; used: number; cycleStart: Date; resetsAt: Date }>;
   /**
    * Starts one metered generation. `credits` meter: atomically takes a prepaid hold (input
-   * cost from `opts.inputTokens` plus the expected reply: learned per model, capped by
-   * `opts.maxTokens`; at least `opts.minimumMicros` and 1 µ$), 402 `INSUFFICIENT_CREDITS`
+   * cost from `opts.inputTokens` (or `opts.expectedInputTokens`: held, not recorded if the
+   * call fails) plus the expected reply: learned per model, capped by `opts.maxTokens`; plus
+   * an image model's price per image; at least `opts.minimumMicros` and 1 µ$), 402 `INSUFFICIENT_CREDITS`
    * when the balance cannot cover it. `tokens` meter: 403 `Token limit exceeded`. Then
    * accumulates usage, tops the hold up mid-stream (`check`) and settles + records usage on
    * `finish`.
    */
   startGeneration(
     input: GenerationInput,
-    opts?: { minimumMicros?: number; inputTokens?: number; maxTokens?: number },
+    opts?: {
+      minimumMicros?: number;
+      inputTokens?: number;
+      expectedInputTokens?: number;
+      maxTokens?: number;
+      extraMicros?: number;
+      prepaidMicros?: number;
+    },
   ): Promise<GenerationMeter>;
+  /** The hold `startGeneration` would take for such a call (sizes a companion hold's `extraMicros`). */
+  expectedHoldMicros(model: ModelInfo, endpoint: string, inputTokens: number): number;
 }
 
 export type GenerationInput = Omit<

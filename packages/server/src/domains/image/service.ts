@@ -12,6 +12,7 @@ import {
 } from '../../providers/image.js';
 import type { ModelInfo } from '../../providers/llm.js';
 import { INVALID_MODEL, NO_MODEL_CONFIGURED } from '../../providers/models.js';
+import { estimateTokens } from '../../providers/openai-provider.js';
 import { isUuid, StorageService } from '../storage/service.js';
 import { enhanceUltrasound, toPng } from './enhance.js';
 import type { ImageRequest, ImageResponse } from './schema.js';
@@ -183,7 +184,8 @@ export class ImageService {
         model,
         meter: 'credits',
       },
-      { minimumMicros: priceMicros },
+      // The prompt's tokens are held (gpt-image bills them), not charged if the call fails.
+      { minimumMicros: priceMicros, expectedInputTokens: estimateTokens(prompt.length) },
     );
     let status: 'success' | 'error' | 'aborted' = 'error';
     try {

@@ -9,7 +9,7 @@ import type { GenerationMeter } from '../../metering/types.js';
 import type { LlmMessage, ModelInfo } from '../../providers/llm.js';
 import { estimateTokens, messageChars } from '../../providers/openai-provider.js';
 import { isUuid } from '../storage/service.js';
-import { type Chunk, Chunker } from './chunk.js';
+import { CHUNK_CHARS, type Chunk, Chunker } from './chunk.js';
 import { type DocumentKind, documentKind, ExtractionError, extractSegments } from './extract.js';
 import type { RagQueryInput, RagQueryResult, RagSource } from './schema.js';
 
@@ -637,66 +637,81 @@ export class RagService {
         : [];
       const retrievalText = [...history.slice(-1).map((h) => h.query), input.query].join('\n');
 
-      // Retrieval: the query embedding (metered) and the two stages.
+      // The answer's hold first (issue 18): a query the balance cannot answer is refused with
+      // 402 before anything is sent upstream, the query embedding included. The sources are not
+      // known yet, so the prompt is sized for `maxSources` full chunks; the ratio the upstream's
+      // reports show against that bound (learned per model and endpoint) brings the hold down
+      // to the prompts actually sent.
+      // It also holds the embedding's expected cost, which the embedding's own hold may then
+      // take below zero: a query admitted is never refused at its second hold.
+      const bound = messageChars(buildMessages(input.query, [], history)) + maxSources * (CHUNK_CHARS + 100);
       const embedModel = this.embeddingModel();
-      let embeddingTokens = 0;
-      let embedCost = 0;
-      let vector: number[] | undefined;
-      if (embedModel) {
-        const meter = await this.deps.metering.startGeneration({
-          workspaceId,
-          requestId,
-          endpoint: RAG_QUERY_ENDPOINT,
-          model: embedModel,
-          meter: 'credits',
-        });
-        let status = 'error';
-        try {
-          const res = await this.deps.llm.embed(embedModel, [retrievalText]);
-          meter.addUsage(res.usage);
-          vector = res.vectors[0];
-          embeddingTokens = res.usage.inputTokens;
-          status = 'success';
-        } finally {
-          embedCost = (await meter.finish(status)).costMicros;
-        }
-      }
-      const [fts, vec] = await Promise.all([
-        this.fullTextStage(workspaceId, retrievalText),
-        vector ? this.vectorStage(workspaceId, vector) : Promise.resolve(undefined),
-      ]);
-      const fused = fuse(fts, vec)
-        .filter((c) => c.relevance >= threshold)
-        .slice(0, maxSources);
-      const sources = await this.loadSources(fused, input.query, includeMetadata);
-      const retrievalMs = performance.now() - t0;
-
-      // Generation from the retrieved chunks only.
-      const t1 = performance.now();
+      const embedTokens = estimateTokens(retrievalText.length);
+      const embedHold = embedModel
+        ? this.deps.metering.expectedHoldMicros(embedModel, RAG_QUERY_ENDPOINT, embedTokens)
+        : 0;
+      const chatMeter = await this.deps.metering.startGeneration(
+        { workspaceId, requestId, endpoint: RAG_QUERY_ENDPOINT, model: chatModel, meter: 'credits' },
+        { inputTokens: estimateTokens(bound), extraMicros: embedHold },
+      );
+      let chatStatus: 'success' | 'error' | 'aborted' | undefined;
       let answer = NOT_FOUND_ANSWER;
       let found = false;
       let inputTokens = 0;
       let outputTokens = 0;
       let chatCost = 0;
-      if (sources.length > 0) {
-        const messages = buildMessages(input.query, sources, history);
-        const meter = await this.deps.metering.startGeneration(
-          { workspaceId, requestId, endpoint: RAG_QUERY_ENDPOINT, model: chatModel, meter: 'credits' },
-          { inputTokens: estimateTokens(messageChars(messages)) },
-        );
-        let status = 'error';
-        try {
+      let embeddingTokens = 0;
+      let embedCost = 0;
+      let retrievalMs = 0;
+      let t1 = 0;
+      let sources: RagSource[] = [];
+      try {
+        // Retrieval: the query embedding (metered) and the two stages.
+        let vector: number[] | undefined;
+        if (embedModel) {
+          const meter = await this.deps.metering.startGeneration(
+            { workspaceId, requestId, endpoint: RAG_QUERY_ENDPOINT, model: embedModel, meter: 'credits' },
+            { inputTokens: embedTokens, prepaidMicros: embedHold },
+          );
+          let status = 'error';
+          try {
+            const res = await this.deps.llm.embed(embedModel, [retrievalText]);
+            meter.addUsage(res.usage);
+            vector = res.vectors[0];
+            embeddingTokens = res.usage.inputTokens;
+            status = 'success';
+          } finally {
+            embedCost = (await meter.finish(status)).costMicros;
+          }
+        }
+        const [fts, vec] = await Promise.all([
+          this.fullTextStage(workspaceId, retrievalText),
+          vector ? this.vectorStage(workspaceId, vector) : Promise.resolve(undefined),
+        ]);
+        const fused = fuse(fts, vec)
+          .filter((c) => c.relevance >= threshold)
+          .slice(0, maxSources);
+        sources = await this.loadSources(fused, input.query, includeMetadata);
+        retrievalMs = performance.now() - t0;
+
+        // Generation from the retrieved chunks only.
+        t1 = performance.now();
+        if (sources.length > 0) {
+          const messages = buildMessages(input.query, sources, history);
+          chatStatus = 'error';
           const res = await this.deps.llm.complete({ model: chatModel, messages, temperature: 0 });
-          meter.addUsage(res.usage);
+          chatMeter.addUsage(res.usage);
           inputTokens = res.usage.inputTokens;
           outputTokens = res.usage.outputTokens;
           const text = res.text.trim();
           found = text.length > 0 && !text.includes(NOT_FOUND_MARKER);
           answer = found ? text : NOT_FOUND_ANSWER;
-          status = 'success';
-        } finally {
-          chatCost = (await meter.finish(status)).costMicros;
+          chatStatus = 'success';
         }
+      } finally {
+        // No chat call made (nothing retrieved, or the retrieval failed): the hold goes back whole.
+        if (chatStatus) chatCost = (await chatMeter.finish(chatStatus)).costMicros;
+        else await chatMeter.release();
       }
       const generationMs = performance.now() - t1;
 
