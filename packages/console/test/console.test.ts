@@ -8,7 +8,13 @@ import {
   type TestSession,
   type TestWorkspace,
 } from '@ai-suite/server/test-harness';
-import { type FakeReplicate, startFakeReplicate } from '@ai-suite/testkit';
+import {
+  type FakeOidc,
+  type FakeReplicate,
+  fakeOidcEnv,
+  startFakeOidc,
+  startFakeReplicate,
+} from '@ai-suite/testkit';
 import { PDFDocument, StandardFonts } from 'pdf-lib';
 import type { Browser } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -24,11 +30,16 @@ let ws: TestWorkspace;
 let owner: TestSession;
 let browser: Browser;
 let replicate: FakeReplicate;
+let idp: FakeOidc;
 const REPLICATE_TOKEN = 'r8_console_test_token';
 
 beforeAll(async () => {
   // The image page's model is the fake Replicate of testkit.
   replicate = await startFakeReplicate({ token: REPLICATE_TOKEN });
+  // The sign-in page's identity provider: testkit's fake OIDC, which vouches for Ada's email.
+  idp = await startFakeOidc({
+    users: [{ sub: 'ada-at-idp', email: 'ada@example.com', email_verified: true, name: 'Ada' }],
+  });
   // The agent's web_fetch may reach this loopback server (its own /healthz).
   ts = await startTestServerWithFakeModel({
     env: {
@@ -41,6 +52,8 @@ beforeAll(async () => {
       IMAGE_PREFER_WAIT_SECONDS: '1',
       IMAGE_POLL_INITIAL_MS: '5',
       IMAGE_POLL_MAX_MS: '20',
+      ...fakeOidcEnv(idp),
+      OIDC_PROVIDER_NAME: 'Example ID',
     },
   });
   ws = await createTestWorkspace(ts, { name: 'Acme', creditsUsd: '5', monthlyTokenQuota: 1_000_000 });
@@ -52,6 +65,7 @@ afterAll(async () => {
   await browser?.close();
   await ts?.close();
   await replicate?.close();
+  await idp?.close();
 });
 
 describe('serving the console', () => {
@@ -115,6 +129,29 @@ describe('signing in', () => {
       await page.getByRole('button', { name: 'Sign out' }).click();
       await page.getByRole('heading', { name: 'Sign in to AI Suite' }).waitFor();
       expect((await context.cookies()).find((c) => c.name === 'aisuite_session')).toBeUndefined();
+      expect(problems).toEqual([]);
+    } finally {
+      await context.close();
+    }
+  });
+});
+
+describe('signing in with the identity provider', () => {
+  it('offers "Sign in with Example ID", which goes through the provider and back signed in', async () => {
+    const { page, context, problems } = await openConsole(browser, ts.url);
+    try {
+      await page.goto('/');
+      const button = page.getByRole('link', { name: 'Sign in with Example ID' });
+      await button.waitFor();
+      expect(await button.getAttribute('href')).toBe('/api/v1/auth/oidc/start?returnTo=%2F');
+      await expectAccessible(page, 'sign-in with OIDC');
+      await button.click();
+      // The provider (no page of its own) sends the browser back through the callback to the console.
+      await page.getByRole('navigation', { name: 'Console' }).waitFor();
+      await expect.poll(() => page.getByTestId('workspace-name').textContent()).toBe('Acme');
+      await expect.poll(() => page.getByTestId('role').textContent()).toBe('owner');
+      expect(idp.authorizeRequests.at(-1)?.params.get('code_challenge_method')).toBe('S256');
+      expect((await context.cookies()).find((c) => c.name === 'aisuite_session')?.httpOnly).toBe(true);
       expect(problems).toEqual([]);
     } finally {
       await context.close();

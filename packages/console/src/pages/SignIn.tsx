@@ -1,12 +1,15 @@
 import { type FormEvent, useState } from 'react';
 import { client } from '../api';
 import { useSession } from '../session';
-import { ErrorNote, Field, useAction } from '../ui';
+import { ErrorNote, Field, useAction, useAsync } from '../ui';
 
 export function SignIn() {
   const { refresh } = useSession();
   const [email, setEmail] = useState('');
   const [password, setPassword] = useState('');
+  // What this server offers: the identity provider's button when OIDC is configured.
+  const providers = useAsync(() => client.auth.providers(), []);
+  const oidc = providers.data?.oidc;
   const signIn = useAction(async () => {
     await client.auth.signIn({ email, password });
     await refresh();
@@ -49,6 +52,20 @@ export function SignIn() {
         <button type="submit" disabled={signIn.busy}>
           {signIn.busy ? 'Signing in…' : 'Sign in'}
         </button>
+        {oidc ? (
+          <>
+            <p className="or muted">or</p>
+            {/* A page navigation (not an API call): the server redirects to the provider and back here. */}
+            <a
+              className="button secondary oidc"
+              href={`${oidc.startUrl}?${new URLSearchParams({
+                returnTo: `${window.location.pathname}${window.location.search}`,
+              })}`}
+            >
+              Sign in with {oidc.name}
+            </a>
+          </>
+        ) : null}
       </form>
     </main>
   );
