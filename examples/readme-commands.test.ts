@@ -171,6 +171,7 @@ describe('every example has a README with the common setup', () => {
       'autonomous-report',
       'chat-widget',
       'conversation-report',
+      'document-qa',
       'image-enhance',
     ]);
     for (const name of examples) {
@@ -226,6 +227,62 @@ describe('the documented example commands, run as written', () => {
       expect(stderr).toMatch(/^\d+ conversations$/m);
       expect(stdout).toMatch(/^# Conversation report$/m); // after pnpm's own "> … start" banner
       expect(stdout).toContain('## Confidence');
+    },
+    SLOW,
+  );
+
+  it(
+    'document-qa: signs in as the person the README adds, uploads the sample, answers with cited pages',
+    async () => {
+      // The README's own lines beyond the common setup: the person to sign in as.
+      const common = readmes.get(examples[0] as string)?.setup ?? [];
+      const own = (readmes.get('document-qa')?.setup ?? []).filter(
+        (l) => !common.includes(l) && !l.startsWith('pnpm fake-') && !l.endsWith('pnpm start'),
+      );
+      expect(own.some((l) => /\bpnpm cli user add Demo\b/.test(l))).toBe(true);
+      const run = readmes.get('document-qa')?.run as string;
+      const dbEnv = dataDir ? { DATA_DIR: dataDir } : { DATABASE_URL: db?.databaseUrl as string };
+      const { stdout } = await sh('sh', ['-c', `set -e\n${own.join('\n')}\n${run}`], {
+        cwd: ROOT,
+        env: { ...exampleEnv(), ...dbEnv },
+      });
+      expect(stdout).toContain('signed in as ada@example.com, workspace Demo');
+      expect(stdout).toContain('uploaded trailhead-manual.pdf: 3 chunks');
+      expect(stdout).toMatch(/^uploaded faq\.md: \d+ chunks?$/m);
+      expect(stdout).toMatch(/^ {2}trailhead-manual\.pdf {2}ready {2}3 chunks$/m);
+      // Grounded answers citing the right document and page; the unanswerable question is said so.
+      const cited = (question: string) => {
+        const block = stdout.split('\nQ: ').find((b) => b.startsWith(`${question}\n`)) ?? '';
+        const answer = /^A: (.*)$/m.exec(block)?.[1] ?? '';
+        const n = /\[(\d+)\]\.$/.exec(answer)?.[1];
+        const source = new RegExp(`^ {3}\\[${n}\\] (.*) \\(relevance`, 'm').exec(block)?.[1];
+        return { answer, source };
+      };
+      const pegs = cited('How many pegs come with the Trailhead 2 tent?');
+      expect(pegs.answer).toContain('comes with 12 aluminium pegs');
+      expect(pegs.source).toBe('trailhead-manual.pdf, page 1');
+      const wet = cited('How long should I wait before storing a wet tent?');
+      expect(wet.answer).toContain('dry it within 24 hours');
+      expect(wet.source).toBe('trailhead-manual.pdf, page 3');
+      const warranty = cited('How long is the warranty on tents?');
+      expect(warranty.answer).toMatch(/^Every jacket and tent carries a three-year warranty/);
+      expect(warranty.source).toBe('faq.md, page 1');
+      expect(stdout).toContain(
+        'Q: What is the capital of Peru?\nA: The documents do not contain an answer to this question.\n   confidence 0.00',
+      );
+
+      // Own files and questions: a document of the same name is replaced, not duplicated.
+      const { stdout: again } = await sh(
+        'sh',
+        [
+          '-c',
+          `${own.filter((l) => l.startsWith('export')).join('\n')}\n${run} -- examples/document-qa/docs/faq.md --ask "What does express delivery cost?"`,
+        ],
+        { cwd: ROOT, env: exampleEnv() },
+      );
+      expect(again).toContain('replaced faq.md');
+      expect(again).toContain('2 documents in the index:');
+      expect(again).toMatch(/A: Express delivery within 24 hours costs 12 euros \[\d\]\./);
     },
     SLOW,
   );

@@ -5,7 +5,8 @@ import type { FakeChatReply } from './fake-openai.js';
  * (`pnpm fake-model`). Deterministic and schema-driven, no intelligence: a user turn that
  * offers tools calls each of them once with arguments made from its JSON Schema; after tool
  * results it answers with a summary of them; a structured-output request gets an instance of
- * the requested schema; anything else is echoed back.
+ * the requested schema; a question over numbered sources (document QA) is answered with the
+ * source sentence sharing most words with it, cited; anything else is echoed back.
  */
 export function demoReply(body: any): FakeChatReply {
   const messages: { role: string; content?: unknown }[] = Array.isArray(body?.messages) ? body.messages : [];
@@ -30,8 +31,54 @@ export function demoReply(body: any): FakeChatReply {
     }
     return { text: `Done. The tools answered: ${results.join('; ')}` };
   }
+  if (last?.role === 'user' && typeof last.content === 'string') {
+    const grounded = groundedReply(last.content, messages);
+    if (grounded) return grounded;
+  }
   const said = [...messages].reverse().find((m) => m.role === 'user')?.content;
   return { text: `Hello from the fake model. You said: "${String(said ?? '').slice(0, 200)}"` };
+}
+
+const DEMO_STOPWORDS = new Set(
+  'a an and are as at be by can did do does for from has have how i in is it its me my of on or our the their there this to was we were what when where which who why will with you your'.split(
+    ' ',
+  ),
+);
+/** Words without stop words, a plural or third-person `s` dropped (tents = tent, lasts = last). */
+const wordsOf = (text: string) =>
+  (text.toLowerCase().match(/[\p{L}\p{N}]+/gu) ?? [])
+    .filter((w) => !DEMO_STOPWORDS.has(w))
+    .map((w) => (w.length > 3 && w.endsWith('s') && !w.endsWith('ss') ? w.slice(0, -1) : w));
+
+/**
+ * Document QA in demo mode: a user turn of `[n] <document>, page <p>:` sources followed by
+ * `Question: …` (the RAG prompt, docs/rag.md). Answers with the source sentence that shares the
+ * most words with the question, cited as `[n]`; when no sentence shares a word, the reply the
+ * system prompt asks for when the sources do not hold the answer (`reply exactly X`).
+ */
+function groundedReply(content: string, messages: { role: string; content?: unknown }[]) {
+  const q = /\n\nQuestion: ([\s\S]*)$/.exec(content);
+  if (!content.startsWith('Sources:') || !q) return undefined;
+  const question = new Set(wordsOf(q[1] ?? ''));
+  const body = content.slice(0, q.index);
+  let best: { n: string; sentence: string; score: number } | undefined;
+  for (const m of body.matchAll(/^\[(\d+)\] [^\n]*\n([\s\S]*?)(?=\n\n\[\d+\] |$(?![\s\S]))/gm)) {
+    // Markdown headings are titles, not statements: left out of the candidate sentences. A
+    // chunk may run them into the text (`## Warranty Every…`): the marker and the words after
+    // it up to the next capitalised one go.
+    const text = (m[2] ?? '')
+      .replace(/#{1,6}\s+\S+(?:\s+(?![A-Z#])\S+)*\s*/g, ' ')
+      .replace(/\s+/g, ' ')
+      .trim();
+    for (const sentence of text.split(/(?<=[.!?])\s+/)) {
+      const score = new Set(wordsOf(sentence).filter((w) => question.has(w))).size;
+      if (score > (best?.score ?? 0)) best = { n: m[1] as string, sentence, score };
+    }
+  }
+  if (best) return { text: `${best.sentence.replace(/[.!?]?$/, '')} [${best.n}].` };
+  const system = messages.find((m) => m.role === 'system')?.content;
+  const marker = typeof system === 'string' ? /reply exactly (\S+)/.exec(system)?.[1] : undefined;
+  return { text: marker ?? 'The sources do not say.' };
 }
 
 const PARAGRAPH = Array.from(

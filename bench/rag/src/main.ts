@@ -1,0 +1,689 @@
+/**
+ * Document QA (issue 14, docs/rag.md, decision 0024), on the embedded database and on the
+ * PostgreSQL server, in one command:
+ *
+ *   pnpm --filter @ai-suite/bench-rag bench
+ *
+ * Per database, one server (TypeScript sources, in this process) on the fake OpenAI-compatible
+ * upstream (hashed bag-of-words embeddings), a person's session, then three sections:
+ *
+ * - `ingest`: uploads through the SDK (streamed multipart, indexed by the service): a generated
+ *   100 MB CSV while sampling this process's RSS (server, PGlite when embedded, fake upstream
+ *   and client are all in it), a generated 200-page PDF (pages/s) and a 50 MB CSV (MB/s, rows/s).
+ * - `retrieval`: one workspace filled with 10k then 100k chunks through SQL (clustered random
+ *   unit vectors of BENCH_DIMS dimensions, text from per-topic vocabularies), the HNSW index the
+ *   service would create built after each load; then, per query, the service's retrieval stage
+ *   (`fullTextStage` and `vectorStage` in parallel, then `fuse`, as `RagService.query` does)
+ *   and the same two SQL statements bare on one `pg` connection, alternated; recall@10 of the
+ *   vector stage against an exact search done in JS, at the service's `hnsw.ef_search` and at
+ *   others (bare SQL).
+ * - `quality`: four generated PDFs of 25 pages, each page stating facts about entities no other
+ *   page names (but attributes every page shares); one question per page through
+ *   `POST /rag/query`: hit@1 and hit@5 of the right (document, page).
+ *
+ * BENCH_DATABASES (`embedded,postgres`), BENCH_PG_URL (`postgres://postgres@127.0.0.1:5432/test`),
+ * BENCH_SECTIONS (`ingest,retrieval,quality`), BENCH_SIZES (`10000,100000`), BENCH_DIMS (256),
+ * BENCH_QUERIES (200), BENCH_EF (`40,100,200`), BENCH_PDF_PAGES (200), BENCH_CSV_MB (50),
+ * BENCH_BIG_MB (100), BENCH_INGEST_DIMS (64: the fake's embedding size during uploads).
+ */
+import { randomBytes, randomUUID } from 'node:crypto';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { AiSuite } from '@ai-suite/sdk';
+import { startEmbeddedPostgres } from '@ai-suite/server';
+import {
+  createTestSession,
+  createTestWorkspace,
+  startTestServerWithFakeModel,
+  type TestDatabase,
+  type TestServer,
+} from '@ai-suite/server/test-harness';
+import { demoReply } from '@ai-suite/testkit';
+import { vector } from '@electric-sql/pglite-pgvector';
+import { PDFDocument, StandardFonts } from 'pdf-lib';
+import pg from 'pg';
+// The service itself (not part of the server's public exports): its retrieval stages are timed.
+import {
+  fuse,
+  HNSW_EF_SEARCH,
+  RagService,
+  STAGE_CANDIDATES,
+} from '../../../packages/server/src/domains/rag/service.js';
+
+const env = process.env;
+const DATABASES = (env.BENCH_DATABASES ?? 'embedded,postgres').split(',');
+const PG_URL = env.BENCH_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+const SECTIONS = new Set((env.BENCH_SECTIONS ?? 'ingest,retrieval,quality').split(','));
+const SIZES = (env.BENCH_SIZES ?? '10000,100000').split(',').map(Number);
+const DIMS = Number(env.BENCH_DIMS ?? 256);
+const QUERIES = Number(env.BENCH_QUERIES ?? 200);
+const EFS = (env.BENCH_EF ?? '40,100,200').split(',').map(Number);
+const PDF_PAGES = Number(env.BENCH_PDF_PAGES ?? 200);
+const CSV_MB = Number(env.BENCH_CSV_MB ?? 50);
+const BIG_MB = Number(env.BENCH_BIG_MB ?? 100);
+const INGEST_DIMS = Number(env.BENCH_INGEST_DIMS ?? 64);
+/** `csv`: rows like the 50 MB file; `padded`: one sentence a megabyte padded with spaces (streamed, cheap to index). */
+const BIG_KIND = env.BENCH_BIG_KIND ?? 'csv';
+const MB = 1024 * 1024;
+const TMP = fs.mkdtempSync(path.join(os.tmpdir(), 'bench-rag-'));
+
+const load = () =>
+  os
+    .loadavg()
+    .map((l) => l.toFixed(1))
+    .join(' / ');
+const log = (line: string) => console.log(line);
+const pct = (xs: number[], p: number) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.max(0, Math.ceil((p / 100) * s.length) - 1))] ?? Number.NaN;
+};
+const ms = (n: number) => n.toFixed(1);
+
+// ---------- deterministic generators ----------
+
+function prng(seed: number) {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+const rand = prng(14);
+const pick = <T>(xs: readonly T[]) => xs[Math.floor(rand() * xs.length)] as T;
+const gauss = () => Math.sqrt(-2 * Math.log(rand() || 1e-12)) * Math.cos(2 * Math.PI * rand());
+
+const SYLLABLES = 'ka lo mi ne ru sa ta vo de fi gu ha jo ke li mo na pe ri so tu ve wa ze bo'.split(' ');
+function word(): string {
+  const n = 2 + Math.floor(rand() * 3);
+  let w = '';
+  for (let i = 0; i < n; i++) w += pick(SYLLABLES);
+  return w;
+}
+const COMMON = Array.from({ length: 2000 }, word);
+const TOPICS = 500;
+const TOPIC_WORDS = Array.from({ length: TOPICS }, () => Array.from({ length: 30 }, word));
+
+function unitVec(v: Float32Array): Float32Array {
+  let n = 0;
+  for (const x of v) n += x * x;
+  n = Math.sqrt(n) || 1;
+  for (let i = 0; i < v.length; i++) v[i] = (v[i] as number) / n;
+  return v;
+}
+function noisy(base: Float32Array, amount: number): Float32Array {
+  const g = unitVec(Float32Array.from({ length: base.length }, gauss));
+  return unitVec(Float32Array.from(base, (x, i) => x + amount * (g[i] as number)));
+}
+const CENTERS = Array.from({ length: TOPICS }, () => unitVec(Float32Array.from({ length: DIMS }, gauss)));
+
+interface GenChunk {
+  topic: number;
+  words: string[];
+  vec: Float32Array;
+}
+function genChunk(): GenChunk {
+  const topic = Math.floor(rand() * TOPICS);
+  const words: string[] = [];
+  for (let i = 0; i < 40; i++) words.push(i % 3 === 0 ? pick(TOPIC_WORDS[topic] as string[]) : pick(COMMON));
+  return { topic, words, vec: noisy(CENTERS[topic] as Float32Array, 0.8) };
+}
+const literal = (v: Float32Array, open = '{', close = '}') =>
+  `${open}${Array.from(v, (x) => x.toFixed(6)).join(',')}${close}`;
+
+// ---------- databases and server ----------
+
+async function database(kind: string): Promise<TestDatabase> {
+  if (kind === 'embedded') {
+    const embedded = await startEmbeddedPostgres({ extensions: { vector } });
+    return { embedded, drop: () => embedded.close() };
+  }
+  const name = `aisuite_bench_rag_${randomBytes(6).toString('hex')}`;
+  const admin = new pg.Client({ connectionString: PG_URL });
+  await admin.connect();
+  await admin.query(`create database ${name}`);
+  await admin.end();
+  const url = new URL(PG_URL);
+  url.pathname = `/${name}`;
+  return {
+    databaseUrl: url.toString(),
+    async drop() {
+      const c = new pg.Client({ connectionString: PG_URL });
+      await c.connect();
+      await c.query(`drop database if exists ${name} with (force)`);
+      await c.end();
+    },
+  };
+}
+
+interface Bare {
+  query<R = any>(sql: string, params?: unknown[]): Promise<{ rows: R[] }>;
+  end(): Promise<void>;
+}
+
+/**
+ * SQL without the service: on the PostgreSQL server a `pg` connection of its own; on PGlite the
+ * database instance in this process (a second `pg` connection through its socket would share
+ * its single backend with the server's pool, and interleaved extended-protocol messages of two
+ * clients break each other's unnamed statements). So on PGlite the bare figure has no socket
+ * and no driver in it: the service ÷ bare ratio overstates the service's own overhead there.
+ */
+async function bareClient(db: TestDatabase): Promise<Bare> {
+  if (db.embedded) {
+    const lite = db.embedded.db;
+    return {
+      query: async (sql, params) => ({ rows: (await lite.query(sql, params)).rows as never[] }),
+      end: async () => {},
+    };
+  }
+  const c = new pg.Client({ connectionString: db.databaseUrl });
+  await c.connect();
+  return c as unknown as Bare;
+}
+
+interface Ctx {
+  kind: string;
+  ts: TestServer;
+  db: TestDatabase;
+  client: AiSuite;
+  workspaceId: string;
+}
+
+// ---------- ingest ----------
+
+const PRODUCTS = ['tent', 'stove', 'lantern', 'backpack', 'sleeping bag', 'jacket', 'boots', 'map case'];
+const REGIONS = ['north', 'south', 'east', 'west', 'alpine', 'coastal'];
+
+/** A CSV of about `mb` megabytes, streamed to disk (never in memory); returns its rows. */
+async function writeCsv(file: string, mb: number): Promise<number> {
+  const out = fs.createWriteStream(file);
+  out.write('id,sku,region,product,description\n');
+  let bytes = 0;
+  let rows = 0;
+  while (bytes < mb * MB) {
+    let block = '';
+    for (let i = 0; i < 1000; i++) {
+      rows++;
+      const desc = Array.from({ length: 14 }, () => pick(COMMON)).join(' ');
+      block += `${rows},SKU-${(rows * 7919) % 100000},${pick(REGIONS)},${pick(PRODUCTS)},"${desc}, rated for ${rows % 40} degrees"\n`;
+    }
+    bytes += Buffer.byteLength(block);
+    if (!out.write(block)) await new Promise<void>((r) => out.once('drain', () => r()));
+  }
+  await new Promise<void>((r, j) => out.end((err?: Error | null) => (err ? j(err) : r())));
+  return rows;
+}
+
+/** `mb` megabytes of text: a sentence a megabyte padded with spaces (as upload-memory.test.ts). */
+async function writePadded(file: string, mb: number): Promise<number> {
+  const out = fs.createWriteStream(file);
+  const spaces = Buffer.alloc(MB, 0x20);
+  for (let i = 0; i < mb; i++) {
+    const line = Buffer.from(`Lighthouse log entry ${i} records calm seas. `);
+    out.write(line);
+    if (!out.write(spaces.subarray(0, MB - line.length - (i === mb - 1 ? 1 : 0))))
+      await new Promise<void>((r) => out.once('drain', () => r()));
+  }
+  await new Promise<void>((r, j) => out.end((err?: Error | null) => (err ? j(err) : r())));
+  return mb;
+}
+
+async function buildPdf(pages: string[]): Promise<Uint8Array> {
+  const doc = await PDFDocument.create();
+  const font = await doc.embedFont(StandardFonts.Helvetica);
+  for (const text of pages) {
+    const page = doc.addPage([612, 792]);
+    const lines: string[] = [];
+    let line = '';
+    for (const w of text.split(/\s+/)) {
+      if (line && line.length + w.length + 1 > 95) {
+        lines.push(line);
+        line = w;
+      } else line = line ? `${line} ${w}` : w;
+    }
+    if (line) lines.push(line);
+    lines.slice(0, 60).forEach((l, i) => {
+      page.drawText(l, { x: 40, y: 752 - i * 12, size: 10, font });
+    });
+  }
+  return doc.save();
+}
+
+const sentence = () => {
+  const ws = Array.from({ length: 8 + Math.floor(rand() * 8) }, () => pick(COMMON));
+  ws[0] = (ws[0] as string).replace(/^./, (c) => c.toUpperCase());
+  return `${ws.join(' ')}.`;
+};
+const prose = (chars: number) => {
+  let t = '';
+  while (t.length < chars) t += `${sentence()} `;
+  return t.trim();
+};
+
+/** Uploads, then waits until the document is indexed (in the request, or after it when indexing runs in the background). */
+async function uploadTimed(ctx: Ctx, file: Parameters<AiSuite['rag']['upload']>[0][number]) {
+  const t0 = performance.now();
+  const up = await ctx.client.rag.upload([file]);
+  const detail = up.results.details[0];
+  if (detail?.status !== 'completed' || !detail.documentId)
+    throw new Error(`upload failed: ${JSON.stringify(detail)}`);
+  let doc = (await ctx.client.rag.documents.list()).documents.find((d) => d.id === detail.documentId);
+  while (doc && (doc.status === 'queued' || doc.status === 'processing')) {
+    await new Promise((r) => setTimeout(r, 200));
+    doc = (await ctx.client.rag.documents.list()).documents.find((d) => d.id === detail.documentId);
+  }
+  if (doc?.status !== 'ready') throw new Error(`indexing failed: ${doc?.error}`);
+  return { seconds: (performance.now() - t0) / 1000, chunks: doc.chunks };
+}
+
+async function ingest(ctx: Ctx) {
+  log(`\n### ${ctx.kind}: ingest (load average ${load()})\n`);
+  log('| file | size | indexed in | throughput | chunks | peak RSS growth |');
+  log('| ---- | ---- | ---------- | ---------- | ------ | --------------- |');
+
+  // The 100 MB file first, on a fresh process, with this process's RSS sampled every 10 ms
+  // (BENCH_BIG_MB=0 skips it).
+  if (BIG_MB > 0) {
+    const big = path.join(TMP, 'big.csv');
+    const bigRows = BIG_KIND === 'padded' ? await writePadded(big, BIG_MB) : await writeCsv(big, BIG_MB);
+    const bigSize = fs.statSync(big).size;
+    if (bigSize > 100 * MB) fs.truncateSync(big, 100 * MB - 1); // keep it under the limit
+    const before = process.memoryUsage().rss;
+    let peak = before;
+    const sampler = setInterval(() => {
+      peak = Math.max(peak, process.memoryUsage().rss);
+    }, 10);
+    let r: Awaited<ReturnType<typeof uploadTimed>>;
+    try {
+      r = await uploadTimed(ctx, big);
+    } finally {
+      clearInterval(sampler);
+    }
+    peak = Math.max(peak, process.memoryUsage().rss);
+    const size = fs.statSync(big).size / MB;
+    log(
+      `| ${BIG_KIND === 'padded' ? `text, ${bigRows} sentences padded with spaces` : `CSV, ~${bigRows} rows`} | ${size.toFixed(1)} MB | ${r.seconds.toFixed(1)} s | ${(size / r.seconds).toFixed(2)} MB/s | ${r.chunks} | ${((peak - before) / MB).toFixed(0)} MB (from ${(before / MB).toFixed(0)} MB) |`,
+    );
+    fs.rmSync(big);
+  }
+
+  // The 200-page PDF: about 1,900 characters of prose a page (two chunks).
+  const pages = Array.from({ length: PDF_PAGES }, (_, i) => `Page ${i + 1}. ${prose(1900)}`);
+  const pdf = await buildPdf(pages);
+  const rp = await uploadTimed(ctx, { name: 'manual.pdf', content: pdf });
+  log(
+    `| PDF, ${PDF_PAGES} pages | ${(pdf.length / MB).toFixed(2)} MB | ${rp.seconds.toFixed(1)} s | ${(PDF_PAGES / rp.seconds).toFixed(1)} pages/s | ${rp.chunks} | |`,
+  );
+
+  const csv = path.join(TMP, 'prices.csv');
+  const rows = await writeCsv(csv, CSV_MB);
+  const csvMb = fs.statSync(csv).size / MB;
+  const rc = await uploadTimed(ctx, csv);
+  log(
+    `| CSV, ${rows} rows | ${csvMb.toFixed(1)} MB | ${rc.seconds.toFixed(1)} s | ${(csvMb / rc.seconds).toFixed(2)} MB/s, ${(rows / rc.seconds).toFixed(0)} rows/s | ${rc.chunks} | |`,
+  );
+  fs.rmSync(csv);
+  log(`\nload average after: ${load()}`);
+}
+
+// ---------- retrieval ----------
+
+/** The full-text statement of `RagService.fullTextStage`, copied (the bare baseline). */
+const FTS_SQL = `with q as (select (select string_agg('''' || replace(replace(l, '\\', '\\\\'), '''', '''''') || '''', ' | ')
+  from unnest(tsvector_to_array(to_tsvector('english'::regconfig, $1))) as l)::tsquery as q)
+  select c.id::text as id, ts_rank_cd(c.tsv, q.q) as score
+  from rag_chunks c, q
+  where q.q is not null and c.workspace_id = $2 and c.tsv @@ q.q
+  order by score desc, c.id
+  limit $3`;
+const HNSW_SQL = `select id::text as id, 1 - (embedding::vector(${DIMS}) <=> $1::vector(${DIMS})) as similarity
+  from rag_chunks where workspace_id = $2 and dims = ${DIMS}
+  order by embedding::vector(${DIMS}) <=> $1::vector(${DIMS})
+  limit $3`;
+const EXACT_SQL = `select c.id::text as id, (select sum(a * b) from unnest(c.embedding, $1::real[]) as t(a, b)) as similarity
+  from rag_chunks c where c.workspace_id = $2 and c.dims = $3
+  order by similarity desc, c.id
+  limit $4`;
+const INDEX_SQL = `create index if not exists rag_chunks_hnsw_${DIMS} on rag_chunks using hnsw ((embedding::vector(${DIMS})) vector_cosine_ops) where dims = ${DIMS}`;
+
+/** Inserts as literal rows (generated words and numbers only: nothing to escape), 500 a statement. */
+async function insertChunks(
+  c: Bare,
+  workspaceId: string,
+  documentId: string,
+  chunks: GenChunk[],
+  from: number,
+) {
+  const B = 500;
+  for (let s = 0; s < chunks.length; s += B) {
+    const values = chunks
+      .slice(s, s + B)
+      .map(
+        (ch, k) =>
+          `('${documentId}', '${workspaceId}', ${from + s + k}, 1, '${ch.words.join(' ')}', '${literal(ch.vec)}'::real[], ${DIMS})`,
+      )
+      .join(',\n');
+    await c.query(
+      `insert into rag_chunks (document_id, workspace_id, chunk_index, page, content, embedding, dims) values ${values}`,
+    );
+  }
+}
+
+/** Ids of the exact top 10 by cosine, and the 10th similarity (for tie-aware recall). */
+function exactTop(all: Float32Array[], q: Float32Array, k = 10): { idx: number[]; kth: number } {
+  const best: { i: number; s: number }[] = [];
+  for (let i = 0; i < all.length; i++) {
+    const v = all[i] as Float32Array;
+    let s = 0;
+    for (let d = 0; d < q.length; d++) s += (v[d] as number) * (q[d] as number);
+    if (best.length < k || s > (best.at(-1) as { s: number }).s) {
+      best.push({ i, s });
+      best.sort((a, b) => b.s - a.s);
+      if (best.length > k) best.pop();
+    }
+  }
+  return { idx: best.map((b) => b.i), kth: (best.at(-1) as { s: number }).s };
+}
+
+async function retrieval(ctx: Ctx) {
+  log(`\n### ${ctx.kind}: retrieval, ${DIMS} dimensions (load average ${load()})\n`);
+  const svc = new RagService(ctx.ts.server.deps);
+  const mode = await svc.vectorMode();
+  const ws = await createTestWorkspace(ctx.ts, { creditsUsd: '1' });
+  await svc.provision(ws.workspaceId);
+  const c = await bareClient(ctx.db);
+  const documentId = randomUUID();
+  await c.query(
+    `insert into rag_documents (id, workspace_id, name, mime_type, status) values ($1, $2, 'bench.txt', 'text/plain', 'ready')`,
+    [documentId, ws.workspaceId],
+  );
+  const all: GenChunk[] = [];
+  const header = () => {
+    log(
+      '\n| chunks | vector stage | service p50 ms | service p95 ms | bare p50 ms | bare p95 ms | bare p50 full text / vector | service ÷ bare p50 / p95 | recall@10 |',
+    );
+    log(
+      '| ------ | ------------ | -------------- | -------------- | ----------- | ----------- | --------------------------- | ------------------------ | --------- |',
+    );
+  };
+  for (const size of SIZES) {
+    const t0 = performance.now();
+    const add = Array.from({ length: size - all.length }, genChunk);
+    if (mode === 'pgvector') await c.query(`drop index if exists rag_chunks_hnsw_${DIMS}`);
+    await insertChunks(c, ws.workspaceId, documentId, add, all.length);
+    all.push(...add);
+    const loadS = (performance.now() - t0) / 1000;
+    let buildS = 0;
+    if (mode === 'pgvector') {
+      const t1 = performance.now();
+      await c.query(`set maintenance_work_mem = '512MB'`);
+      await c.query(INDEX_SQL);
+      buildS = (performance.now() - t1) / 1000;
+    }
+    await c.query('analyze rag_chunks');
+    log(
+      `${size} chunks: loaded in ${loadS.toFixed(1)} s${mode === 'pgvector' ? `, HNSW built in ${buildS.toFixed(1)} s` : ''} (load average ${load()})`,
+    );
+    const idOf = new Map<string, number>(
+      (
+        await c.query<{ id: string; i: number }>(
+          'select id::text as id, chunk_index as i from rag_chunks where workspace_id = $1',
+          [ws.workspaceId],
+        )
+      ).rows.map((r) => [r.id, r.i]),
+    );
+    const vecs = all.map((ch) => ch.vec);
+
+    // Questions: a few words of a chunk, and a vector near that chunk's.
+    const queries = Array.from({ length: QUERIES }, () => {
+      const ch = all[Math.floor(rand() * all.length)] as GenChunk;
+      const words = [...ch.words.filter((_, k) => k % 3 === 0).slice(0, 4), pick(ch.words), pick(ch.words)];
+      return { text: `Which ${words.join(' ')}?`, vec: noisy(ch.vec, 0.5) };
+    });
+    if (mode === 'pgvector') {
+      await c.query(`set hnsw.ef_search = ${HNSW_EF_SEARCH}`);
+      await c.query(`set hnsw.iterative_scan = relaxed_order`);
+    }
+    const bareVector = (q: Float32Array) =>
+      mode === 'pgvector'
+        ? c.query(HNSW_SQL, [literal(q, '[', ']'), ws.workspaceId, STAGE_CANDIDATES])
+        : c.query(EXACT_SQL, [literal(q), ws.workspaceId, DIMS, STAGE_CANDIDATES]);
+    const service = async (q: { text: string; vec: Float32Array }) => {
+      const [fts, vec] = await Promise.all([
+        svc.fullTextStage(ws.workspaceId, q.text),
+        svc.vectorStage(ws.workspaceId, Array.from(q.vec)),
+      ]);
+      return { fused: fuse(fts, vec), vec };
+    };
+    // Warm-up: caches, plans, the JIT.
+    for (const q of queries.slice(0, 10)) {
+      await service(q);
+      await c.query(FTS_SQL, [q.text, ws.workspaceId, STAGE_CANDIDATES]);
+      await bareVector(q.vec);
+    }
+    const svcMs: number[] = [];
+    const bareMs: number[] = [];
+    const ftsMs: number[] = [];
+    const vecMs: number[] = [];
+    let recallSum = 0;
+    for (const q of queries) {
+      const t1 = performance.now();
+      const { vec } = await service(q);
+      svcMs.push(performance.now() - t1);
+      const t2 = performance.now();
+      await c.query(FTS_SQL, [q.text, ws.workspaceId, STAGE_CANDIDATES]);
+      const t3 = performance.now();
+      await bareVector(q.vec);
+      const t4 = performance.now();
+      ftsMs.push(t3 - t2);
+      vecMs.push(t4 - t3);
+      bareMs.push(t4 - t2);
+      const exact = exactTop(vecs, q.vec);
+      const got = vec.slice(0, 10);
+      // Tie-aware: a returned chunk as similar as the exact 10th counts.
+      recallSum +=
+        got.filter((g) => exact.idx.includes(idOf.get(g.id) ?? -1) || g.similarity >= exact.kth - 1e-5)
+          .length / 10;
+    }
+    header();
+    log(
+      `| ${size.toLocaleString('en')} | ${mode === 'pgvector' ? `HNSW, ef_search ${HNSW_EF_SEARCH}` : 'exact cosine'} | ${ms(pct(svcMs, 50))} | ${ms(pct(svcMs, 95))} | ${ms(pct(bareMs, 50))} | ${ms(pct(bareMs, 95))} | ${ms(pct(ftsMs, 50))} / ${ms(pct(vecMs, 50))} | ${(pct(svcMs, 50) / pct(bareMs, 50)).toFixed(2)}× / ${(pct(svcMs, 95) / pct(bareMs, 95)).toFixed(2)}× | ${(recallSum / queries.length).toFixed(3)} |`,
+    );
+
+    // Recall at other ef_search values, bare SQL (the service's constant is fixed).
+    if (mode === 'pgvector') {
+      log('\n| chunks | ef_search | recall@10 | vector query p50 ms | p95 ms |');
+      log('| ------ | --------- | --------- | ------------------- | ------ |');
+      for (const ef of EFS) {
+        await c.query(`set hnsw.ef_search = ${ef}`);
+        let rs = 0;
+        const t: number[] = [];
+        for (const q of queries) {
+          const t1 = performance.now();
+          const res = await bareVector(q.vec);
+          t.push(performance.now() - t1);
+          const exact = exactTop(vecs, q.vec);
+          const got = res.rows
+            .map((r: { id: string; similarity: number }) => ({ id: r.id, similarity: Number(r.similarity) }))
+            .sort((a, b) => b.similarity - a.similarity)
+            .slice(0, 10);
+          rs +=
+            got.filter((g) => exact.idx.includes(idOf.get(g.id) ?? -1) || g.similarity >= exact.kth - 1e-5)
+              .length / 10;
+        }
+        log(
+          `| ${size.toLocaleString('en')} | ${ef} | ${(rs / queries.length).toFixed(3)} | ${ms(pct(t, 50))} | ${ms(pct(t, 95))} |`,
+        );
+      }
+      await c.query(`set hnsw.ef_search = ${HNSW_EF_SEARCH}`);
+      const plan = await c.query(
+        `explain (costs off) ${HNSW_SQL.replace(
+          /\$1/g,
+          `'${literal(queries[0]?.vec as Float32Array, '[', ']')}'`,
+        )
+          .replace('$2', `'${ws.workspaceId}'`)
+          .replace('$3', String(STAGE_CANDIDATES))}`,
+      );
+      log(
+        `plan of the vector stage at ${size}: ${plan.rows
+          .map((r: Record<string, string>) =>
+            String(Object.values(r)[0])
+              .replace(/'\[[^\]]*\]'/g, 'q')
+              .trim(),
+          )
+          .join(' | ')}`,
+      );
+    }
+  }
+  await c.end();
+  log(`\nload average after: ${load()}`);
+}
+
+// ---------- answer quality ----------
+
+const ATTRIBUTES = [
+  ['maximum load', 'kilograms'],
+  ['service interval', 'hours'],
+  ['operating temperature', 'degrees'],
+  ['warranty period', 'months'],
+  ['noise level', 'decibels'],
+] as const;
+
+/**
+ * The full-text statement with the chunks matching more of the question's distinct lexemes
+ * first, then `ts_rank_cd` (which has no notion of a term's rarity): a candidate change,
+ * measured here only.
+ */
+const FTS_COVERAGE_SQL = `with q as (select array(select unnest(tsvector_to_array(to_tsvector('english'::regconfig, $1)))) as lx,
+    (select string_agg('''' || replace(replace(l, '\\', '\\\\'), '''', '''''') || '''', ' | ')
+     from unnest(tsvector_to_array(to_tsvector('english'::regconfig, $1))) as l)::tsquery as q)
+  select c.id::text as id, ts_rank_cd(c.tsv, q.q) as score,
+    (select count(*) from unnest(tsvector_to_array(c.tsv)) as t(l) where t.l = any(q.lx)) as matched
+  from rag_chunks c, q
+  where q.q is not null and c.workspace_id = $2 and c.tsv @@ q.q
+  order by matched desc, score desc, c.id
+  limit $3`;
+
+async function quality(ctx: Ctx) {
+  log(`\n### ${ctx.kind}: answer quality (load average ${load()})\n`);
+  // A workspace of its own: only the fixture's documents.
+  const ws = await createTestWorkspace(ctx.ts, { creditsUsd: '100' });
+  const session = await createTestSession(ctx.ts, ws);
+  const client = new AiSuite({ baseURL: ctx.ts.url, sessionToken: session.token, timeout: 600_000 });
+  const facts: { doc: string; page: number; question: string }[] = [];
+  const names = new Set<string>();
+  const entity = () => {
+    let n = '';
+    do n = `${word()}${word()}`.replace(/^./, (c) => c.toUpperCase());
+    while (names.has(n));
+    names.add(n);
+    return n;
+  };
+  for (let d = 1; d <= 4; d++) {
+    const pages: string[] = [];
+    for (let p = 1; p <= 25; p++) {
+      // Three entities a page, each with an attribute every page shares; filler around them.
+      const parts: string[] = [prose(300)];
+      const asked = entity();
+      const [attr, unit] = pick(ATTRIBUTES);
+      parts.push(`The ${asked} unit has a ${attr} of ${10 + Math.floor(rand() * 900)} ${unit}.`);
+      facts.push({
+        doc: `catalogue-${d}.pdf`,
+        page: p,
+        question: `What is the ${attr} of the ${asked} unit?`,
+      });
+      for (let k = 0; k < 2; k++) {
+        const [a, u] = pick(ATTRIBUTES);
+        parts.push(`The ${entity()} unit has a ${a} of ${10 + Math.floor(rand() * 900)} ${u}.`);
+      }
+      parts.push(prose(400));
+      pages.push(parts.join(' '));
+    }
+    await client.rag.upload([{ name: `catalogue-${d}.pdf`, content: await buildPdf(pages) }]);
+  }
+  const svc = new RagService(ctx.ts.server.deps);
+  const model = svc.embeddingModel();
+  const bare = await bareClient(ctx.db);
+  const where = new Map<string, string>(
+    (
+      await bare.query<{ id: string; doc: string; page: number }>(
+        'select c.id::text as id, d.name as doc, c.page from rag_chunks c join rag_documents d on d.id = c.document_id where c.workspace_id = $1',
+        [ws.workspaceId],
+      )
+    ).rows.map((r) => [r.id, `${r.doc}#${r.page}`]),
+  );
+  const hits = { hit1: 0, hit5: 0, hit5Default: 0, answered: 0, fts: 0, vec: 0, cov: 0, covFused: 0 };
+  const top5 = (ids: { id: string }[], f: { doc: string; page: number }) =>
+    ids.slice(0, 5).some((r) => where.get(r.id) === `${f.doc}#${f.page}`);
+  for (const f of facts) {
+    const { result } = await client.rag.query({
+      query: f.question,
+      options: { max_sources: 5, confidence_threshold: 0, include_metadata: false },
+    });
+    const at = result.sources.findIndex((s) => s.document === f.doc && s.page === f.page);
+    if (at === 0) hits.hit1++;
+    if (at >= 0) hits.hit5++;
+    const def = await client.rag.query({ query: f.question, options: { include_metadata: false } });
+    if (def.result.sources.some((s) => s.document === f.doc && s.page === f.page)) hits.hit5Default++;
+    if (def.result.confidence > 0) hits.answered++;
+    // Each stage alone, and the coverage-first full-text ranking (fused with the same vector stage).
+    const fts = await svc.fullTextStage(ws.workspaceId, f.question);
+    const qv = model ? (await ctx.ts.server.deps.llm.embed(model, [f.question])).vectors[0] : undefined;
+    const vec = qv ? await svc.vectorStage(ws.workspaceId, qv) : undefined;
+    const cov = (
+      await bare.query<{ id: string; score: number }>(FTS_COVERAGE_SQL, [
+        f.question,
+        ws.workspaceId,
+        STAGE_CANDIDATES,
+      ])
+    ).rows.map((r) => ({ id: r.id, score: Number(r.score) }));
+    if (top5(fts, f)) hits.fts++;
+    if (vec && top5(vec, f)) hits.vec++;
+    if (top5(cov, f)) hits.cov++;
+    if (top5(fuse(cov, vec), f)) hits.covFused++;
+  }
+  await bare.end();
+  const n = facts.length;
+  const r = (x: number) => (x / n).toFixed(2);
+  log('| questions | hit@1 | hit@5 | right page among the sources at the default 0.7 | answered at 0.7 |');
+  log('| --------- | ----- | ----- | ----------------------------------------------- | --------------- |');
+  log(`| ${n} | ${r(hits.hit1)} | ${r(hits.hit5)} | ${r(hits.hit5Default)} | ${r(hits.answered)} |`);
+  log("\nhit@5 of each stage alone, and of a coverage-first full-text ranking (not the service's):\n");
+  log('| full text | vector | full text, coverage first | coverage first, fused with the vector stage |');
+  log('| --------- | ------ | ------------------------- | ------------------------------------------- |');
+  log(`| ${r(hits.fts)} | ${r(hits.vec)} | ${r(hits.cov)} | ${r(hits.covFused)} |`);
+}
+
+// ---------- main ----------
+
+log(`bench/rag: ${new Date().toISOString()}, ${os.cpus().length} CPUs, load average ${load()}`);
+for (const kind of DATABASES) {
+  const db = await database(kind);
+  const ts = await startTestServerWithFakeModel({
+    db,
+    fake: { embeddingDimensions: INGEST_DIMS, defaultReply: demoReply },
+  });
+  try {
+    const ws = await createTestWorkspace(ts, { creditsUsd: '1000' });
+    const session = await createTestSession(ts, ws);
+    const client = new AiSuite({ baseURL: ts.url, sessionToken: session.token, timeout: 3_600_000 });
+    const ctx: Ctx = {
+      kind: kind === 'embedded' ? 'PGlite' : 'PostgreSQL',
+      ts,
+      db,
+      client,
+      workspaceId: ws.workspaceId,
+    };
+    log(`\n## ${ctx.kind}`);
+    if (SECTIONS.has('ingest')) await ingest(ctx);
+    if (SECTIONS.has('retrieval')) await retrieval(ctx);
+    if (SECTIONS.has('quality')) await quality(ctx);
+  } finally {
+    await ts.close();
+    await db.drop();
+  }
+}
+fs.rmSync(TMP, { recursive: true, force: true });
