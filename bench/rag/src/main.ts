@@ -92,7 +92,8 @@ function prng(seed: number) {
     return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
   };
 }
-const rand = prng(14);
+/** Reseeded at the start of each section, so a section's data does not depend on the sections run before it. */
+let rand = prng(14);
 const pick = <T>(xs: readonly T[]) => xs[Math.floor(rand() * xs.length)] as T;
 const gauss = () => Math.sqrt(-2 * Math.log(rand() || 1e-12)) * Math.cos(2 * Math.PI * rand());
 
@@ -280,6 +281,7 @@ async function uploadTimed(ctx: Ctx, file: Parameters<AiSuite['rag']['upload']>[
 }
 
 async function ingest(ctx: Ctx) {
+  rand = prng(1401);
   log(`\n### ${ctx.kind}: ingest (load average ${load()})\n`);
   log('| file | size | indexed in | throughput | chunks | peak RSS growth |');
   log('| ---- | ---- | ---------- | ---------- | ------ | --------------- |');
@@ -389,6 +391,7 @@ function exactTop(all: Float32Array[], q: Float32Array, k = 10): { idx: number[]
 }
 
 async function retrieval(ctx: Ctx) {
+  rand = prng(1400);
   log(`\n### ${ctx.kind}: retrieval, ${DIMS} dimensions (load average ${load()})\n`);
   const svc = new RagService(ctx.ts.server.deps);
   const mode = await svc.vectorMode();
@@ -568,6 +571,7 @@ const FTS_COVERAGE_SQL = `with q as (select array(select unnest(tsvector_to_arra
   limit $3`;
 
 async function quality(ctx: Ctx) {
+  rand = prng(1414);
   log(`\n### ${ctx.kind}: answer quality (load average ${load()})\n`);
   // A workspace of its own: only the fixture's documents.
   const ws = await createTestWorkspace(ctx.ts, { creditsUsd: '100' });
