@@ -18,6 +18,7 @@ import {
   NotFoundError,
   PermissionDeniedError,
   type RagSource,
+  type StorageIndexStatus,
 } from '../src/index.js';
 
 /** A stand-in for a model that follows the prompt: cites the numbered source holding a word of the question. */
@@ -156,5 +157,33 @@ describe('client.rag', () => {
     await expect(keyed.rag.documents.list({ workspaceId: ws.workspaceId })).rejects.toBeInstanceOf(
       AuthenticationError,
     );
+  });
+
+  it('storage.index: an API-key client queues a storage file; it becomes ready and a session finds it', async () => {
+    const keyed = new AiSuite({ baseURL: ts.url, apiKey: ws.apiKey, maxRetries: 0 });
+    const imported = await keyed.storage.import({
+      files: [
+        { path: 'notes/invoice.md', content: Buffer.from('The invoice for the kettle is due on the fifth.') },
+      ],
+    });
+    const fileId = imported.fileIds[0] as string;
+    const queued = await keyed.storage.index(fileId);
+    expect(queued.file.id).toBe(fileId);
+    const states: StorageIndexStatus[] = ['queued', 'processing', 'ready'];
+    expect(states).toContain(queued.file.indexStatus);
+    await expect
+      .poll(
+        async () => {
+          for await (const f of keyed.storage.list({ type: 'files' }))
+            if (f.id === fileId) return f.indexStatus;
+          return undefined;
+        },
+        { timeout: 30_000, interval: 100 },
+      )
+      .toBe('ready');
+    const doc = (await client.rag.documents.list()).documents.find((d) => d.id === queued.documentId);
+    expect(doc).toMatchObject({ origin: 'storage', status: 'ready', storageFileId: fileId });
+    const err = await keyed.storage.index('00000000-0000-4000-8000-000000000000').catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(NotFoundError);
   });
 });

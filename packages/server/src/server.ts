@@ -13,6 +13,7 @@ import { prepareDataDir } from './data-dir.js';
 import type { EmbeddedPostgres } from './db/embedded.js';
 import { type Database, openDatabase } from './db/orm.js';
 import { registerAgentRuntime } from './domains/agents/runtime.js';
+import { registerRagIndexing } from './domains/rag/indexing.js';
 import { registerAutonomousRuns } from './domains/runs/runtime.js';
 import { runHeadlessInit } from './domains/workspaces/init.js';
 import { createRequestListener } from './http/fast-path.js';
@@ -86,6 +87,7 @@ export async function createServer(opts: CreateServerOptions = {}): Promise<AiSu
   const deps: ServerDeps = { config, db, log, em, identity, ...ai, poolMetering, objects, runs };
   registerAgentRuntime(deps);
   const autonomous = registerAutonomousRuns(deps);
+  registerRagIndexing(deps);
   await runs.start();
   const app = createApp(deps);
   let server: http.Server | undefined;

@@ -57,6 +57,8 @@ export interface FakeChatReply {
 export interface FakeEmbeddingReply {
   error?: FakeUpstreamError;
   delayMs?: number;
+  /** Never answer (until the client goes away). */
+  hang?: boolean;
   usage?: { prompt_tokens: number } | false;
 }
 
@@ -311,8 +313,12 @@ export async function startFakeOpenAI(opts: FakeOpenAIOptions = {}): Promise<Fak
     rec.completed = true;
   }
 
-  async function handleEmbeddings(res: http.ServerResponse, rec: RecordedRequest) {
+  async function handleEmbeddings(req: http.IncomingMessage, res: http.ServerResponse, rec: RecordedRequest) {
     const reply = embedScript.shift() ?? {};
+    if (reply.hang) {
+      await new Promise<void>((r) => req.socket.once('close', () => r()));
+      return;
+    }
     if (reply.delayMs) await sleep(reply.delayMs);
     if (reply.error) {
       sendError(res, reply.error);
@@ -370,7 +376,7 @@ export async function startFakeOpenAI(opts: FakeOpenAIOptions = {}): Promise<Fak
       }
       let work: Promise<void>;
       if (req.method === 'POST' && path.endsWith('/chat/completions')) work = handleChat(req, res, rec);
-      else if (req.method === 'POST' && path.endsWith('/embeddings')) work = handleEmbeddings(res, rec);
+      else if (req.method === 'POST' && path.endsWith('/embeddings')) work = handleEmbeddings(req, res, rec);
       else if (req.method === 'GET' && path.endsWith('/models')) {
         res.writeHead(200, { 'content-type': 'application/json' });
         res.end(JSON.stringify({ object: 'list', data: [] }));

@@ -1121,6 +1121,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/workspaces/{workspaceId}/storage/files/{fileId}/index": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Index a storage file for document question answering, in the background
+         * @description Extension: not in the interface specification. An API key or a session, like every storage endpoint (`{workspaceId}` must be the caller’s, else 401 `Unauthorized`). Answers 202 at once with the file (`indexStatus` `queued`); a run on the run engine then moves it `processing` → `ready` or `failed` (the reason is the document’s `error` in GET /rag/documents), surviving restarts. Asking again while it is queued or processing answers with the same run; asking after it ended indexes the file again. Provisions the workspace index. 400 `File type <type> not supported for <name>` (`UNSUPPORTED_FILE_TYPE`), `File <name> exceeds maximum size of 100MB` (`FILE_TOO_LARGE`); 404 `File not found`.
+         */
+        post: operations["rag-indexStorageFile"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/chat": {
         parameters: {
             query?: never;
@@ -2706,8 +2726,21 @@ export interface components {
             error: string | null;
             chunks: number;
             storageFileId: string | null;
+            /**
+             * @description `upload`: sent through POST /rag/upload (deleting the document deletes its storage file); `storage`: an existing storage file indexed through POST /workspaces/{workspaceId}/storage/files/{fileId}/index (deleting the document keeps the file, back to `indexStatus` `none`)
+             * @enum {string}
+             */
+            origin: "upload" | "storage";
             createdAt: string;
             updatedAt: string;
+        };
+        IndexStorageFileResult: {
+            /** @description The storage file, `indexStatus` `queued` (or where its indexing is now) */
+            file: components["schemas"]["StorageFile"];
+            /** @description The file’s document in the workspace index (GET /rag/documents) */
+            documentId: string;
+            /** @description The run-engine run that indexes it */
+            runId: string;
         };
         ImportResult: {
             imported: number;
@@ -7446,6 +7479,65 @@ export interface operations {
                 };
             };
             /** @description currentPassword is incorrect; Validation error */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Insufficient access */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal server error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "rag-indexStorageFile": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                workspaceId: string;
+                fileId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful response */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["IndexStorageFileResult"];
+                };
+            };
+            /** @description Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;

@@ -5,6 +5,7 @@ import type {
   CreateFolderResult,
   GitHostImportResult,
   ImportResult,
+  IndexStorageFileResult,
   PathListing,
   PathTree,
   PathTreeFull,
@@ -193,6 +194,25 @@ export class Storage {
   delete(fileId: string, opts: Opts = {}): APIPromise<{ deleted: true; fileId: string }> {
     return this.call((b) =>
       this.client.request({ method: 'DELETE', path: `${b}/files/${encodeURIComponent(fileId)}`, ...opts }),
+    );
+  }
+
+  /**
+   * Indexes a file for document question answering, in the background (docs/rag.md): resolves
+   * at once (202) with the file (`indexStatus` `queued`), its `documentId` and the `runId`
+   * that indexes it; `indexStatus` then moves `processing` → `ready` or `failed` (see
+   * `list()`, or `rag.documents.list()` for the reason). Works with an API key or a session.
+   * `BadRequestError` for a type that cannot be indexed or a file over 100 MB,
+   * `NotFoundError` (`File not found`).
+   */
+  index(fileId: string, opts: Opts = {}): APIPromise<IndexStorageFileResult> {
+    return this.call((b) =>
+      this.client.request({
+        method: 'POST',
+        path: `${b}/files/${encodeURIComponent(fileId)}/index`,
+        body: {},
+        ...opts,
+      }),
     );
   }
 

@@ -31,6 +31,9 @@ export type ErrorBody = Schemas['ErrorBody'];
 export type ChatMessage = Schemas['ChatMessage'];
 export type ChatRequest = Schemas['ChatRequest'];
 export type StorageFile = Schemas['StorageFile'];
+/** Where a storage file's indexing for document question answering is: `none`, `queued`, `processing`, `ready`, `failed`. */
+export type StorageIndexStatus = StorageFile['indexStatus'];
+export type IndexStorageFileResult = Schemas['IndexStorageFileResult'];
 export type StorageFolder = Schemas['StorageFolder'];
 export type StorageList = Schemas['StorageList'];
 export type StorageFileResult = Schemas['StorageFileResult'];

@@ -386,6 +386,7 @@ export class RunEngine {
     try {
       if (run.recovered && run.attempts > run.maxAttempts) {
         await this.finish(live, 'failed', { error: WORKER_LOST_ERROR }, WORKER_LOST_ERROR);
+        await this.tellFailed(run, WORKER_LOST_ERROR);
         return;
       }
       if (run.recovered) log.warn({ attempt: run.attempts }, 'recovering a run whose worker died');
@@ -484,7 +485,16 @@ export class RunEngine {
         ]);
     } else {
       await this.finish(live, 'failed', { error: SHUTDOWN_ERROR }, SHUTDOWN_ERROR);
+      await this.tellFailed(run, SHUTDOWN_ERROR);
     }
+  }
+
+  /** The executor's `failed` hook, for a run the engine failed on its behalf. */
+  private async tellFailed(run: RunRecord, error: string): Promise<void> {
+    await this.executors
+      .get(run.kind)
+      ?.failed?.(run, error)
+      .catch((err) => this.opts.log.warn({ err, runId: run.id }, 'run executor failed hook failed'));
   }
 
   /**

@@ -1,6 +1,7 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
 
-export type RunKind = 'turn' | 'autonomous';
+/** `rag_index`: a storage file indexed for document question answering (docs/rag.md). */
+export type RunKind = 'turn' | 'autonomous' | 'rag_index';
 export type RunStatus = 'pending' | 'running' | 'completed' | 'failed' | 'cancelled';
 
 export const TERMINAL_EVENT_TYPES = ['run.completed', 'run.failed', 'run.cancelled'] as const;
@@ -83,6 +84,12 @@ export type RunOutcome =
 export interface RunExecutor {
   kind: RunKind;
   execute(exec: RunExecution): Promise<RunOutcome>;
+  /**
+   * Told when the engine itself failed a run of this kind without the executor returning
+   * (its worker died and it has no attempts left, or a shutdown on its last attempt), so the
+   * domain can record the outcome on its own rows. Errors are logged, not rethrown.
+   */
+  failed?(run: RunRecord, error: string): Promise<void>;
 }
 
 export class RunGoneError extends Error {

@@ -1,5 +1,6 @@
 import type { MigrationObject } from '@mikro-orm/core';
 import { Migration202611250100_user_identities } from './Migration202611250100_user_identities.js';
+import { Migration202611250300_rag_index_runs } from './Migration202611250300_rag_index_runs.js';
 import { Migration20261121000000_foundation } from './Migration20261121000000_foundation.js';
 import { Migration20261121010000_metering } from './Migration20261121010000_metering.js';
 import { Migration20261121020000_storage } from './Migration20261121020000_storage.js';
@@ -42,4 +43,5 @@ export const migrationsList: MigrationObject[] = [
   { name: 'Migration20261124060000_rag', class: Migration20261124060000_rag },
   { name: 'Migration20261124040200_tool_servers', class: Migration20261124040200_tool_servers },
   { name: 'Migration202611250100_user_identities', class: Migration202611250100_user_identities },
+  { name: 'Migration202611250300_rag_index_runs', class: Migration202611250300_rag_index_runs },
 ];

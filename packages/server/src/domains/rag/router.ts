@@ -1,7 +1,11 @@
 import { z } from 'zod';
-import { router, sessionProcedure } from '../../trpc.js';
+import { keyOrSessionProcedure, router, sessionProcedure } from '../../trpc.js';
+import { assertWorkspace } from '../storage/service.js';
+import { requestIndexing } from './indexing.js';
 import {
   DocumentRefInput,
+  IndexStorageFileInput,
+  IndexStorageFileResultSchema,
   ListDocumentsInput,
   RagDocumentSchema,
   RagQueryInput,
@@ -10,6 +14,13 @@ import {
 import { RagService } from './service.js';
 
 const tags = ['RAG'];
+
+/** Storage's rule (spec 5): a key or a session, then `{workspaceId}` must be the caller's (401). */
+const storageProcedure = keyOrSessionProcedure.use(async ({ ctx, getRawInput, next }) => {
+  const raw = (await getRawInput()) as { workspaceId?: unknown } | undefined;
+  assertWorkspace(ctx.principal.workspaceId, raw?.workspaceId);
+  return next();
+});
 
 export const ragRouter = router({
   query: sessionProcedure
@@ -91,4 +102,28 @@ export const ragRouter = router({
       await rag.assertAccess(ctx.principal, input.workspace_id);
       return rag.reindex(input.workspace_id, input.documentId, ctx.requestId);
     }),
+
+  indexStorageFile: storageProcedure
+    .meta({
+      openapi: {
+        method: 'POST',
+        path: '/workspaces/{workspaceId}/storage/files/{fileId}/index',
+        tags: ['Storage', 'RAG'],
+        protect: true,
+        summary: 'Index a storage file for document question answering, in the background',
+        description:
+          'Extension: not in the interface specification. An API key or a session, like every storage endpoint (`{workspaceId}` must be the caller’s, else 401 `Unauthorized`). Answers 202 at once with the file (`indexStatus` `queued`); a run on the run engine then moves it `processing` → `ready` or `failed` (the reason is the document’s `error` in GET /rag/documents), surviving restarts. Asking again while it is queued or processing answers with the same run; asking after it ended indexes the file again. Provisions the workspace index. 400 `File type <type> not supported for <name>` (`UNSUPPORTED_FILE_TYPE`), `File <name> exceeds maximum size of 100MB` (`FILE_TOO_LARGE`); 404 `File not found`.',
+      },
+      status: 202,
+    })
+    .input(IndexStorageFileInput)
+    .output(IndexStorageFileResultSchema)
+    .mutation(({ ctx, input }) =>
+      requestIndexing(ctx.deps, ctx.em, {
+        workspaceId: ctx.principal.workspaceId,
+        fileId: input.fileId,
+        requestId: ctx.requestId,
+        apiKeyId: ctx.principal.keyId ?? null,
+      }),
+    ),
 });

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { StorageFileSchema } from '../storage/schema.js';
 
 const workspaceIdField = z
   .string({ error: 'workspace_id is required' })
@@ -120,6 +121,11 @@ export const RagDocumentSchema = z
     error: z.string().nullable(),
     chunks: z.number(),
     storageFileId: z.string().nullable(),
+    origin: z
+      .enum(['upload', 'storage'])
+      .describe(
+        '`upload`: sent through POST /rag/upload (deleting the document deletes its storage file); `storage`: an existing storage file indexed through POST /workspaces/{workspaceId}/storage/files/{fileId}/index (deleting the document keeps the file, back to `indexStatus` `none`)',
+      ),
     createdAt: z.string(),
     updatedAt: z.string(),
   })
@@ -127,3 +133,18 @@ export const RagDocumentSchema = z
 
 export const ListDocumentsInput = z.object({ workspace_id: workspaceIdField });
 export const DocumentRefInput = z.object({ workspace_id: workspaceIdField, documentId: z.string() });
+
+export const IndexStorageFileInput = z.object({
+  workspaceId: z.string(),
+  fileId: z.string({ error: 'fileId is required' }).min(1, 'fileId is required'),
+});
+
+export const IndexStorageFileResultSchema = z
+  .object({
+    file: StorageFileSchema.describe(
+      'The storage file, `indexStatus` `queued` (or where its indexing is now)',
+    ),
+    documentId: z.string().describe('The file’s document in the workspace index (GET /rag/documents)'),
+    runId: z.string().describe('The run-engine run that indexes it'),
+  })
+  .meta({ id: 'IndexStorageFileResult' });

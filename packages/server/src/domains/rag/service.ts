@@ -1,4 +1,4 @@
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import type { Readable } from 'node:stream';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import type { Principal } from '../../auth/principal.js';
@@ -76,9 +76,13 @@ export interface DocumentDto {
   error: string | null;
   chunks: number;
   storageFileId: string | null;
+  /** `upload` (POST /rag/upload) or `storage` (an existing storage file indexed in the background). */
+  origin: DocumentOrigin;
   createdAt: string;
   updatedAt: string;
 }
+
+export type DocumentOrigin = 'upload' | 'storage';
 
 interface DocumentRow {
   id: string;
@@ -90,6 +94,7 @@ interface DocumentRow {
   chunk_count: number;
   storage_file_id: string | null;
   storage_key: string | null;
+  origin: DocumentOrigin;
   created_at: Date | string;
   updated_at: Date | string;
 }
@@ -104,11 +109,12 @@ const toDocumentDto = (r: DocumentRow): DocumentDto => ({
   error: r.error,
   chunks: Number(r.chunk_count),
   storageFileId: r.storage_file_id,
+  origin: r.origin,
   createdAt: toIso(r.created_at),
   updatedAt: toIso(r.updated_at),
 });
 const DOC_COLUMNS =
-  'id, name, mime_type, size_bytes, status, error, chunk_count, storage_file_id, storage_key, created_at, updated_at';
+  'id, name, mime_type, size_bytes, status, error, chunk_count, storage_file_id, storage_key, origin, created_at, updated_at';
 
 export interface Candidate {
   id: string;
@@ -272,10 +278,11 @@ export class RagService {
     storageKey: string | null;
     status: DocumentDto['status'];
     error?: string | null;
+    origin?: DocumentOrigin;
   }): Promise<DocumentDto> {
     const rows = await this.em.execute<DocumentRow[]>(
-      `insert into rag_documents (id, workspace_id, name, mime_type, size_bytes, storage_file_id, storage_key, status, error)
-       values (?, ?, ?, ?, ?, ?, ?, ?, ?) returning ${DOC_COLUMNS}`,
+      `insert into rag_documents (id, workspace_id, name, mime_type, size_bytes, storage_file_id, storage_key, status, error, origin)
+       values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) returning ${DOC_COLUMNS}`,
       [
         randomUUID(),
         input.workspaceId,
@@ -286,6 +293,7 @@ export class RagService {
         input.storageKey,
         input.status,
         input.error ?? null,
+        input.origin ?? 'upload',
       ],
     );
     return toDocumentDto(rows[0] as DocumentRow);
@@ -328,10 +336,22 @@ export class RagService {
     return rows[0];
   }
 
-  /** Deletes a document with its chunks, its storage file and its object. */
+  /**
+   * Deletes a document with its chunks. An uploaded document takes its storage file and object
+   * with it; a storage file that was indexed (origin `storage`) stays, back to `none`.
+   */
   async deleteDocument(workspaceId: string, documentId: string): Promise<void> {
     const doc = await this.getDocument(workspaceId, documentId);
     await this.em.execute('delete from rag_documents where id = ?', [doc.id]);
+    if (doc.origin === 'storage') {
+      if (doc.storage_file_id) {
+        await this.em.execute(
+          `update storage_files set is_indexed = false, index_status = 'none', updated_at = now() where id = ?`,
+          [doc.storage_file_id],
+        );
+      }
+      return;
+    }
     if (doc.storage_file_id) {
       await this.em.execute('delete from storage_files where id = ? and workspace_id = ?', [
         doc.storage_file_id,
@@ -345,6 +365,11 @@ export class RagService {
    * Extracts, chunks, embeds and stores a document read from `body`, replacing any chunks it
    * had. Batches of `EMBED_BATCH` chunks are embedded and inserted as they fill, so memory
    * stays bounded whatever the document's size. Embeddings are metered on the credits meter.
+   *
+   * `resume` continues an interrupted indexing of the same object: chunks before `from` are
+   * kept and not embedded again (extraction and chunking are deterministic; the chunk before
+   * `from` must hash to `lastHash`, otherwise `ResumeMismatchError`). `onBatch` is told after
+   * each stored batch. An aborted `signal` leaves the chunks stored so far in place.
    */
   async ingest(input: {
     workspaceId: string;
@@ -354,48 +379,71 @@ export class RagService {
     requestId: string;
     endpoint?: string;
     apiKeyId?: string | null;
+    runId?: string | null;
     signal?: AbortSignal;
+    resume?: { from: number; lastHash: string };
+    onBatch?: (progress: { chunks: number; lastHash: string }) => Promise<void>;
   }): Promise<number> {
     const model = this.embeddingModel();
     let meter: GenerationMeter | undefined;
     let status = 'error';
-    let count = 0;
+    const from = input.resume?.from ?? 0;
+    let count = from;
     try {
       if (model) {
         meter = await this.deps.metering.startGeneration({
           workspaceId: input.workspaceId,
           apiKeyId: input.apiKeyId ?? null,
+          runId: input.runId ?? null,
           requestId: input.requestId,
           endpoint: input.endpoint ?? RAG_UPLOAD_ENDPOINT,
           model,
           meter: 'credits',
         });
       }
-      await this.em.execute('delete from rag_chunks where document_id = ?', [input.documentId]);
+      await this.em.execute('delete from rag_chunks where document_id = ? and chunk_index >= ?', [
+        input.documentId,
+        from,
+      ]);
       const chunker = new Chunker();
       let batch: Chunk[] = [];
+      let resumed = from === 0;
       const flush = async () => {
         if (batch.length === 0) return;
         const chunks = batch;
         batch = [];
         await this.storeChunks(input.workspaceId, input.documentId, chunks, model, meter, input.signal);
         count += chunks.length;
+        await input.onBatch?.({ chunks: count, lastHash: chunkHash(chunks.at(-1) as Chunk) });
+      };
+      const take = async (c: Chunk) => {
+        if (c.index < from) {
+          if (c.index === from - 1) {
+            if (chunkHash(c) !== input.resume?.lastHash) throw new ResumeMismatchError();
+            resumed = true;
+          }
+          return;
+        }
+        batch.push(c);
+        if (batch.length >= EMBED_BATCH) await flush();
       };
       for await (const seg of extractSegments(input.kind, input.body)) {
-        for (const c of chunker.push(seg)) {
-          batch.push(c);
-          if (batch.length >= EMBED_BATCH) await flush();
-        }
+        input.signal?.throwIfAborted();
+        for (const c of chunker.push(seg)) await take(c);
       }
-      batch.push(...chunker.end());
+      for (const c of chunker.end()) await take(c);
       await flush();
+      if (!resumed) throw new ResumeMismatchError();
       status = 'success';
       return count;
     } catch (err) {
       input.body.destroy();
-      await this.em
-        .execute('delete from rag_chunks where document_id = ?', [input.documentId])
-        .catch(() => undefined);
+      if (input.signal?.aborted) status = 'aborted';
+      else {
+        await this.em
+          .execute('delete from rag_chunks where document_id = ?', [input.documentId])
+          .catch(() => undefined);
+      }
       throw err;
     } finally {
       await meter?.finish(status);
@@ -814,6 +862,15 @@ export class RagService {
     }
     return out;
   }
+}
+
+/** What an interrupted indexing remembers of its last stored chunk, to resume after it. */
+export const chunkHash = (c: Chunk) =>
+  createHash('sha256').update(`${c.index}\u0000${c.page}\u0000${c.content}`).digest('base64url');
+
+/** The document no longer chunks as it did before an interruption: index it from the start. */
+export class ResumeMismatchError extends Error {
+  override name = 'ResumeMismatchError';
 }
 
 const round = (n: number, digits = 4) => Math.round(n * 10 ** digits) / 10 ** digits;

@@ -293,6 +293,9 @@ export class StorageService {
         );
         row = rows[0] as FileRow;
         oldKey = rows[0]?.old_key ?? null;
+        // New content, index status `none`: the document index of the old content goes
+        // (its chunks cascade); index the file again to search the new content.
+        if (oldKey) await this.em.execute('delete from rag_documents where storage_file_id = ?', [row.id]);
       } else {
         const rows = await this.em.execute<FileRow[]>(`${insert} returning ${FILE_COLUMNS}`, cols);
         row = rows[0] as FileRow;
