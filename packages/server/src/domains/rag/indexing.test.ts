@@ -9,7 +9,6 @@ import {
   type TestWorkspace,
 } from '../../test/harness.js';
 import type { StorageFileDto } from '../storage/schema.js';
-import { buildPdf } from './documents.fixture.js';
 
 /**
  * Storage files indexed in the background on the run engine (docs/rag.md, "Storage files"):
@@ -184,21 +183,6 @@ describe('indexing a storage file in the background', () => {
     const run = await endedRun(runId);
     expect(run?.status).toBe('failed');
     expect(run?.error).toBe(doc?.error);
-  });
-
-  it('indexes a PDF with its pages', async () => {
-    const pdf = await buildPdf(['The first page is about tides.', 'The second page names the heron Gustav.']);
-    const id = await importFile('/papers/birds.pdf', pdf, 'application/pdf');
-    const res = await requestIndex(id);
-    expect(res.status).toBe(202);
-    const { documentId } = (await res.json()) as { documentId: string };
-    expect(await settled(id)).toEqual({ index_status: 'ready', is_indexed: true });
-    const rows = await em().execute<{ page: number; content: string }[]>(
-      'select page, content from rag_chunks where document_id = ? order by chunk_index',
-      [documentId],
-    );
-    expect(rows.map((r) => Number(r.page))).toEqual([1, 2]);
-    expect(rows[1]?.content).toContain('heron Gustav');
   });
 
   it('refuses what cannot be indexed, before queueing anything', async () => {
