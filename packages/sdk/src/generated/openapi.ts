@@ -7537,7 +7537,7 @@ export interface operations {
                     "application/json": components["schemas"]["IndexStorageFileResult"];
                 };
             };
-            /** @description Validation error */
+            /** @description currentPassword is incorrect; Validation error */
             400: {
                 headers: {
                     [name: string]: unknown;
