@@ -1,4 +1,4 @@
-import { Migration } from '@mikro-orm/migrations';
+import { Migration } from './base.js';
 
 /**
  * Storage files indexed in the background (docs/rag.md, decision 0024): runs of kind
