@@ -54,6 +54,11 @@ export interface FakeReplicateBehaviour {
   quota?: { status: 402 | 429; detail: string };
   /** Delay before answering a create, ms. */
   createDelayMs?: number;
+  /**
+   * Create the prediction at once but hold the create's answer this long, ms: a create that
+   * stalls on the network after Replicate has accepted it (the caller cannot know the id yet).
+   */
+  createAnswerDelayMs?: number;
   /** Answer the first N polls of each prediction with 429 (throttled), as Replicate may. */
   throttlePolls?: number;
 }
@@ -235,6 +240,7 @@ export async function startFakeReplicate(opts: FakeReplicateOptions = {}): Promi
       if (!b.hang && !(b.pollsBeforeDone && b.pollsBeforeDone > 0)) await complete(p);
       const prefer = /^wait(?:=(\d+))?$/.exec(String(req.headers.prefer ?? '').trim());
       if (prefer && !TERMINAL.has(p.status)) await waitFor(p, Math.min(60, Number(prefer[1] ?? 60)), req);
+      if (b.createAnswerDelayMs) await sleep(b.createAnswerDelayMs);
       return json(res, 201, view(p));
     }
 

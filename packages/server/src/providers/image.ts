@@ -189,17 +189,27 @@ export class ReplicateImageProvider implements ImageProvider {
     const [ref, version] = req.model.upstream.split(':');
     // Replicate holds the create at most this long: never past the total timeout.
     const wait = Math.min(this.settings.preferWaitSeconds, Math.floor(this.settings.timeoutMs / 1000));
-    let prediction: Prediction;
-    try {
-      // Not aborted by the caller's signal: once created, the prediction is canceled by id.
-      prediction = await this.client.predictions.create({
-        ...(version ? { version } : { model: ref as `${string}/${string}` }),
-        input,
-        ...(wait > 0 ? { wait } : {}),
-      });
-    } catch (err) {
-      throw this.apiError(err);
+    // Not aborted by the caller's signal or the deadline: a create Replicate has accepted cannot
+    // be taken back by dropping the connection. Instead the caller is answered when time runs out
+    // (or when it goes away), and the prediction is canceled by id once the create's answer comes.
+    const creating = this.client.predictions.create({
+      ...(version ? { version } : { model: ref as `${string}/${string}` }),
+      input,
+      ...(wait > 0 ? { wait } : {}),
+    });
+    const outcome = await this.settleWithin(creating, this.settings.timeoutMs, req.signal);
+    if (outcome.kind !== 'settled') {
+      creating.then(
+        (p) => this.cancel(p.id),
+        () => undefined,
+      );
+      if (outcome.kind === 'aborted') throw new ImageAbortedError('The caller went away');
+      throw new ImageProviderError(
+        `timed out after ${Number((this.settings.timeoutMs / 1000).toFixed(1))} s`,
+      );
     }
+    if ('error' in outcome) throw this.apiError(outcome.error);
+    let prediction: Prediction = outcome.value;
     let delay = this.settings.pollInitialMs;
     while (prediction.status === 'starting' || prediction.status === 'processing') {
       if (req.signal?.aborted) {
@@ -230,15 +240,48 @@ export class ReplicateImageProvider implements ImageProvider {
     if (prediction.status === 'canceled') throw new ImageProviderError('the prediction was canceled');
     const out = Array.isArray(prediction.output) ? prediction.output[0] : prediction.output;
     if (typeof out !== 'string') throw new ImageProviderError('the prediction returned no image');
-    let res: Response;
+    // The download, too, ends with the total timeout.
+    const deadline = AbortSignal.timeout(Math.max(1, this.settings.timeoutMs - (Date.now() - started)));
+    const signal = req.signal ? AbortSignal.any([req.signal, deadline]) : deadline;
     try {
-      res = await fetch(out, { signal: req.signal });
+      const res = await fetch(out, { signal });
+      if (!res.ok) throw new ImageProviderError(`the output could not be downloaded (HTTP ${res.status})`);
+      return { bytes: await readCapped(res, this.settings.maxOutputBytes), inputTokens: 0, outputTokens: 0 };
     } catch (err) {
+      if (err instanceof ImageProviderError) throw err;
       if (req.signal?.aborted) throw new ImageAbortedError('The caller went away');
+      if (deadline.aborted) {
+        throw new ImageProviderError(
+          `timed out after ${Number((this.settings.timeoutMs / 1000).toFixed(1))} s`,
+        );
+      }
       throw new ImageProviderError(`the output could not be downloaded (${(err as Error).name})`);
     }
-    if (!res.ok) throw new ImageProviderError(`the output could not be downloaded (HTTP ${res.status})`);
-    return { bytes: await readCapped(res, this.settings.maxOutputBytes), inputTokens: 0, outputTokens: 0 };
+  }
+
+  /** Waits for `work` at most `ms`, or until `signal` aborts; `work` itself is left running. */
+  private settleWithin<T>(
+    work: Promise<T>,
+    ms: number,
+    signal?: AbortSignal,
+  ): Promise<
+    { kind: 'settled'; value: T } | { kind: 'settled'; error: unknown } | { kind: 'timeout' | 'aborted' }
+  > {
+    return new Promise((resolve) => {
+      const finish = (o: Parameters<typeof resolve>[0]) => {
+        clearTimeout(timer);
+        signal?.removeEventListener('abort', onAbort);
+        resolve(o);
+      };
+      const onAbort = () => finish({ kind: 'aborted' });
+      const timer = setTimeout(() => finish({ kind: 'timeout' }), ms);
+      if (signal?.aborted) return onAbort();
+      signal?.addEventListener('abort', onAbort, { once: true });
+      work.then(
+        (value) => finish({ kind: 'settled', value }),
+        (error: unknown) => finish({ kind: 'settled', error }),
+      );
+    });
   }
 
   private async cancel(id: string): Promise<void> {

@@ -211,8 +211,11 @@ describe('POST /image: the total timeout (IMAGE_TIMEOUT_MS)', () => {
       error: 'Failed to generate image: timed out after 0.3 s',
       code: 'IMAGE_GENERATION_FAILED',
     });
+    // On a loaded machine the deadline may pass while the create is still on its way: the cancel
+    // then follows the create's answer instead of preceding the 500, so it is waited for.
+    await expect.poll(() => quick.replicate.predictions.size, { timeout: 20_000 }).toBe(1);
     const [p] = [...quick.replicate.predictions.values()];
-    expect(p?.status).toBe('canceled');
+    await expect.poll(() => p?.status, { timeout: 20_000 }).toBe('canceled');
     // Prefer: wait is capped by the total timeout (here: under a second, so none is sent).
     expect(p?.preferWait).toBeNull();
     expect(
@@ -228,6 +231,23 @@ describe('POST /image: the total timeout (IMAGE_TIMEOUT_MS)', () => {
         [res.headers.get('x-request-id')],
       );
     expect(usage.map((u) => [Number(u.cost_micros), u.provider_status])).toEqual([[0, 'error']]);
+  });
+  it('a create that stalls after Replicate accepted it: 500 at the deadline, the prediction canceled when its id arrives', async () => {
+    quick.replicate.set({ hang: true, createAnswerDelayMs: 1500 });
+    const before = await creditBalance(ts, ws.workspaceId);
+    const known = new Set(quick.replicate.predictions.keys());
+    const res = await quick.api('/image', { method: 'POST', key: ws.apiKey, json: { prompt: 'stalled' } });
+    expect(res.status).toBe(500);
+    expect(await res.json()).toEqual({
+      error: 'Failed to generate image: timed out after 0.3 s',
+      code: 'IMAGE_GENERATION_FAILED',
+    });
+    const created = () => [...quick.replicate.predictions.values()].filter((p) => !known.has(p.id));
+    await expect.poll(() => created().length, { timeout: 20_000 }).toBe(1);
+    // The answer came before the create's: the cancel follows once the id is known.
+    await expect.poll(() => created()[0]?.status, { timeout: 20_000 }).toBe('canceled');
+    expect(await creditBalance(ts, ws.workspaceId)).toBe(before);
+    quick.replicate.set({});
   });
 });
 
