@@ -506,6 +506,16 @@ describe('documents', () => {
       await expect
         .poll(() => page.evaluate(() => document.activeElement?.getAttribute('data-testid')))
         .toBe('rag-source');
+      // The source opens the stored PDF in a new tab at the cited page.
+      const [tab, content] = await Promise.all([
+        context.waitForEvent('page'),
+        page.waitForResponse((r) => r.url().includes('/storage/content?')),
+        source.getByRole('button', { name: 'Open page 2 of manual.pdf' }).click(),
+      ]);
+      await expect.poll(() => tab.url()).toMatch(/^blob:http:\/\/[^#]+#page=2$/);
+      expect(content.status()).toBe(200);
+      expect(content.headers()['content-type']).toBe('application/pdf');
+      await tab.close();
       await expectAccessible(page, 'documents');
       await screenshots(page, 'documents');
       expect(problems).toEqual([]);

@@ -1,4 +1,10 @@
-import { PermissionDeniedError, type RagDocument, type RagQueryResult, type RagSource } from '@ai-suite/sdk';
+import {
+  PermissionDeniedError,
+  type RagDocument,
+  type RagQueryResult,
+  type RagSource,
+  type StorageFile,
+} from '@ai-suite/sdk';
 import { type FormEvent, Fragment, type ReactNode, useEffect, useRef, useState } from 'react';
 import { client } from '../api';
 import {
@@ -172,12 +178,12 @@ export function Documents() {
           </div>
         )}
       </section>
-      <Ask />
+      <Ask documents={docs.data ?? []} />
     </Page>
   );
 }
 
-function Ask() {
+function Ask({ documents }: { documents: RagDocument[] }) {
   const [question, setQuestion] = useState('');
   const [answer, setAnswer] = useState<RagQueryResult | undefined>(undefined);
   const [cited, setCited] = useState<number | undefined>(undefined);
@@ -238,6 +244,7 @@ function Ask() {
                   key={i}
                   n={i + 1}
                   source={s}
+                  document={documents.find((d) => d.id === s.metadata?.document_id)}
                   highlighted={cited === i + 1}
                 />
               ))}
@@ -284,8 +291,38 @@ function Cited({ text, count, onCite }: { text: string; count: number; onCite(n:
   );
 }
 
-function Source({ n, source, highlighted }: { n: number; source: RagSource; highlighted: boolean }) {
+/**
+ * Opens the document a source cites in a new tab at its page: the stored file's bytes as a blob
+ * URL with the `#page=N` fragment that the browser's PDF viewer honours (other types open whole).
+ */
+async function openAtPage(doc: RagDocument, pageNo: number): Promise<void> {
+  const fileId = doc.storageFileId;
+  if (!fileId) return;
+  // An uploaded document is a `document` file; an indexed storage file keeps its own type.
+  let type: StorageFile['type'] = 'document';
+  if (doc.origin === 'storage') {
+    const listed = await client.storage.list({ search: doc.name, limit: 200 });
+    type = listed.files.find((f) => f.id === fileId)?.type ?? 'file';
+  }
+  const blob = await (await client.storage.content({ id: fileId, type })).blob();
+  const url = URL.createObjectURL(blob);
+  window.open(`${url}#page=${pageNo}`, '_blank', 'noopener');
+  setTimeout(() => URL.revokeObjectURL(url), 60_000);
+}
+
+function Source({
+  n,
+  source,
+  document: doc,
+  highlighted,
+}: {
+  n: number;
+  source: RagSource;
+  document: RagDocument | undefined;
+  highlighted: boolean;
+}) {
   const ref = useRef<HTMLLIElement>(null);
+  const open = useAction(() => (doc ? openAtPage(doc, source.page) : Promise.resolve()));
   useEffect(() => {
     if (highlighted) {
       ref.current?.scrollIntoView({ block: 'nearest' });
@@ -307,8 +344,20 @@ function Source({ n, source, highlighted }: { n: number; source: RagSource; high
         <span className="muted">
           · relevance {Math.round(source.relevance_score * 100)}% · confidence{' '}
           {Math.round(source.confidence * 100)}%
-        </span>
+        </span>{' '}
+        {doc?.storageFileId ? (
+          <button
+            type="button"
+            className="linkish"
+            onClick={() => void open.run()}
+            disabled={open.busy}
+            aria-label={`Open page ${source.page} of ${source.document}`}
+          >
+            Open page {source.page}
+          </button>
+        ) : null}
       </div>
+      <ErrorNote error={open.error} />
       <blockquote className="source-text">{source.content}</blockquote>
     </li>
   );
