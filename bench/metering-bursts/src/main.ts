@@ -14,16 +14,15 @@
  * a database is created and dropped on it), BENCH_BURSTS (`20,200,1000`),
  * BENCH_CAPABILITIES (all: `app-stream,app-plain,agent-turns,autonomous,artifacts,chat-quota`).
  */
-import { randomBytes } from 'node:crypto';
 import { startEmbeddedPostgres } from '@ai-suite/server';
 import {
+  createServerDatabase,
   createTestWorkspace,
   startTestServerWithFakeModel,
   type TestDatabase,
   type TestServer,
   type TestWorkspace,
 } from '@ai-suite/server/test-harness';
-import pg from 'pg';
 
 const DATABASES = (process.env.BENCH_DATABASES ?? 'embedded,postgres').split(',');
 const PG_URL = process.env.BENCH_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
@@ -388,22 +387,7 @@ async function freshDatabase(kind: string): Promise<TestDatabase> {
     const embedded = await startEmbeddedPostgres({});
     return { embedded, drop: () => embedded.close() };
   }
-  const name = `aisuite_bench_${randomBytes(6).toString('hex')}`;
-  const admin = new pg.Client({ connectionString: PG_URL });
-  await admin.connect();
-  await admin.query(`create database ${name}`);
-  await admin.end();
-  const url = new URL(PG_URL);
-  url.pathname = `/${name}`;
-  return {
-    databaseUrl: url.toString(),
-    async drop() {
-      const c = new pg.Client({ connectionString: PG_URL });
-      await c.connect();
-      await c.query(`drop database if exists ${name} with (force)`);
-      await c.end();
-    },
-  };
+  return createServerDatabase(PG_URL, 'aisuite_bench');
 }
 
 async function runDatabase(db: string) {

@@ -26,13 +26,14 @@
  * BENCH_QUERIES (200), BENCH_EF (`40,100,200`), BENCH_PDF_PAGES (200), BENCH_CSV_MB (50),
  * BENCH_BIG_MB (100), BENCH_INGEST_DIMS (64: the fake's embedding size during uploads).
  */
-import { randomBytes, randomUUID } from 'node:crypto';
+import { randomUUID } from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { AiSuite } from '@ai-suite/sdk';
 import { startEmbeddedPostgres } from '@ai-suite/server';
 import {
+  createServerDatabase,
   createTestSession,
   createTestWorkspace,
   startTestServerWithFakeModel,
@@ -142,22 +143,7 @@ async function database(kind: string): Promise<TestDatabase> {
     const embedded = await startEmbeddedPostgres({ extensions: { vector } });
     return { embedded, drop: () => embedded.close() };
   }
-  const name = `aisuite_bench_rag_${randomBytes(6).toString('hex')}`;
-  const admin = new pg.Client({ connectionString: PG_URL });
-  await admin.connect();
-  await admin.query(`create database ${name}`);
-  await admin.end();
-  const url = new URL(PG_URL);
-  url.pathname = `/${name}`;
-  return {
-    databaseUrl: url.toString(),
-    async drop() {
-      const c = new pg.Client({ connectionString: PG_URL });
-      await c.connect();
-      await c.query(`drop database if exists ${name} with (force)`);
-      await c.end();
-    },
-  };
+  return createServerDatabase(PG_URL, 'aisuite_bench_rag');
 }
 
 interface Bare {

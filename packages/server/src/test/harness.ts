@@ -23,26 +23,32 @@ export interface TestDatabase {
   drop(): Promise<void>;
 }
 
+/**
+ * A new, empty database on the PostgreSQL server at `serverUrl` (named `<prefix>_<random>`),
+ * dropped (with its connections) on `drop()`. Tests and benches share it.
+ */
+export async function createServerDatabase(serverUrl: string, prefix = 'aisuite_t'): Promise<TestDatabase> {
+  const name = `${prefix}_${randomBytes(6).toString('hex')}`;
+  const admin = new pg.Client({ connectionString: serverUrl });
+  await admin.connect();
+  await admin.query(`create database ${name}`);
+  await admin.end();
+  const url = new URL(serverUrl);
+  url.pathname = `/${name}`;
+  return {
+    databaseUrl: url.toString(),
+    async drop() {
+      const c = new pg.Client({ connectionString: serverUrl });
+      await c.connect();
+      await c.query(`drop database if exists ${name} with (force)`);
+      await c.end();
+    },
+  };
+}
+
 export async function createTestDatabase(): Promise<TestDatabase> {
   const serverUrl = process.env.DATABASE_URL;
-  if (serverUrl) {
-    const name = `aisuite_t_${randomBytes(6).toString('hex')}`;
-    const admin = new pg.Client({ connectionString: serverUrl });
-    await admin.connect();
-    await admin.query(`create database ${name}`);
-    await admin.end();
-    const url = new URL(serverUrl);
-    url.pathname = `/${name}`;
-    return {
-      databaseUrl: url.toString(),
-      async drop() {
-        const c = new pg.Client({ connectionString: serverUrl });
-        await c.connect();
-        await c.query(`drop database if exists ${name} with (force)`);
-        await c.end();
-      },
-    };
-  }
+  if (serverUrl) return createServerDatabase(serverUrl);
   const template = inject('pgTemplate');
   const loadDataDir = template ? new Blob([fs.readFileSync(template)]) : undefined;
   const embedded = await startEmbeddedPostgres({ loadDataDir, extensions: EMBEDDED_EXTENSIONS });
