@@ -367,3 +367,37 @@ describe('errors (spec 7)', () => {
     expect(status).toMatchObject({ quota: 2, used: 2 });
   });
 });
+
+describe('internal failures (spec 7)', () => {
+  /** Runs `fn` while `table` is renamed away: a real database failure, not a stubbed one. */
+  async function withoutTable<T>(table: string, fn: () => Promise<T>): Promise<T> {
+    const em = ts.server.deps.em();
+    await em.execute(`alter table ${table} rename to ${table}_away`);
+    try {
+      return await fn();
+    } finally {
+      await em.execute(`alter table ${table}_away rename to ${table}`);
+    }
+  }
+
+  it('500 Failed to process query when retrieval fails, and the query is not counted', async () => {
+    await upload(form(ws.workspaceId, [{ name: 'notes.txt', body: 'The office cat is called Pixel.' }]));
+    const before = await new RagService(ts.server.deps).quotaStatus(ws.workspaceId);
+    const res = await withoutTable('rag_chunks', () =>
+      query({ query: 'What is the cat called?', workspace_id: ws.workspaceId }),
+    );
+    expect(res.status).toBe(500);
+    expect(await res.json()).toEqual({ error: 'Failed to process query', code: 'INTERNAL_ERROR' });
+    expect(await new RagService(ts.server.deps).quotaStatus(ws.workspaceId)).toMatchObject({
+      used: before.used,
+    });
+  });
+
+  it('500 Failed to upload files when the index cannot record a document', async () => {
+    const res = await withoutTable('rag_documents', () =>
+      upload(form(ws.workspaceId, [{ name: 'more.txt', body: 'More notes.' }])),
+    );
+    expect(res.status).toBe(500);
+    expect(await res.json()).toEqual({ error: 'Failed to upload files', code: 'INTERNAL_ERROR' });
+  });
+});
