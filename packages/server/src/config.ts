@@ -51,6 +51,14 @@ export const ConfigSchema = z.object({
     }
     return Number(v);
   }),
+  /**
+   * Vector stage (decision 0034): `auto` = pgvector HNSW where the database has pgvector, else
+   * the in-process index; `memory` = the in-process index everywhere; `sql` = the exact cosine
+   * in SQL where pgvector is absent (the old fallback, slow beyond a few thousand chunks).
+   */
+  RAG_VECTOR_INDEX: z.enum(['auto', 'memory', 'sql']).default('auto'),
+  /** Memory budget of the in-process vector index, all workspaces together (LRU). */
+  RAG_VECTOR_CACHE_MB: intFromEnv(512),
   /** express `trust proxy`: "true", a hop count, or a list of addresses/subnets; off by default. */
   TRUST_PROXY: optionalString.transform((v): boolean | number | string => {
     if (v === undefined || v === 'false') return false;
@@ -74,7 +82,7 @@ export interface Config {
   /** The web console's built files (`packages/console/dist` unless `CONSOLE_DIR` says otherwise). */
   consoleDir: string;
   /** Document question answering: the default monthly query quota (null = unlimited). */
-  rag: { monthlyQueryQuota: number | null };
+  rag: { monthlyQueryQuota: number | null; vectorIndex: 'auto' | 'memory' | 'sql'; vectorCacheMb: number };
   init: {
     workspaceName?: string;
     userEmail?: string;
@@ -114,7 +122,11 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       ? path.resolve(env.INIT_CWD ?? '', e.CONSOLE_DIR)
       : // src/config.ts and the built dist/main.js sit at the same depth of packages/server.
         fileURLToPath(new URL('../../console/dist', import.meta.url)),
-    rag: { monthlyQueryQuota: e.RAG_MONTHLY_QUERY_QUOTA },
+    rag: {
+      monthlyQueryQuota: e.RAG_MONTHLY_QUERY_QUOTA,
+      vectorIndex: e.RAG_VECTOR_INDEX,
+      vectorCacheMb: e.RAG_VECTOR_CACHE_MB,
+    },
     init: {
       workspaceName: e.INIT_WORKSPACE_NAME,
       userEmail: e.INIT_USER_EMAIL,

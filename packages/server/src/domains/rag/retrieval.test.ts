@@ -70,8 +70,8 @@ async function embed(text: string): Promise<number[]> {
 }
 
 describe('vector stage', () => {
-  it('uses pgvector on the embedded database and the exact fallback on the server', async () => {
-    expect(await rag.vectorMode()).toBe(process.env.DATABASE_URL ? 'exact' : 'pgvector');
+  it('uses pgvector on the embedded database and the in-process index on the server (decision 0034)', async () => {
+    expect(await rag.vectorMode()).toBe(process.env.DATABASE_URL ? 'memory' : 'pgvector');
   });
 
   it('gives the same top 10 on both paths as an exact search in JavaScript, on a fixed corpus', async () => {
@@ -92,6 +92,8 @@ describe('vector stage', () => {
       const fallback = await rag.vectorStage(ws.workspaceId, v, 10, 'exact');
       expect(fallback.map((r) => r.id)).toEqual(exact.map((r) => r.id));
       for (const [i, r] of fallback.entries()) expect(r.similarity).toBeCloseTo(exact[i]?.s as number, 5);
+      const memory = await rag.vectorStage(ws.workspaceId, v, 10, 'memory');
+      expect(memory.map((r) => r.id)).toEqual(exact.map((r) => r.id));
       if (mode === 'pgvector') {
         const hnsw = await rag.vectorStage(ws.workspaceId, v, 10, 'pgvector');
         expect(hnsw.map((r) => r.similarity.toFixed(5))).toEqual(

@@ -12,6 +12,7 @@ import { isUuid } from '../storage/service.js';
 import { CHUNK_CHARS, type Chunk, Chunker } from './chunk.js';
 import { type DocumentKind, documentKind, ExtractionError, extractSegments } from './extract.js';
 import type { RagQueryInput, RagQueryResult, RagSource } from './schema.js';
+import { type VectorIndex, vectorIndexFor } from './vector-index.js';
 
 export const RAG_QUERY_ENDPOINT = '/rag/query';
 export const RAG_UPLOAD_ENDPOINT = '/rag/upload';
@@ -49,10 +50,14 @@ export class QuotaExceededError extends AppError {
   }
 }
 
-type VectorMode = 'pgvector' | 'exact';
+/**
+ * How the vector stage searches: pgvector's HNSW index, the in-process index (`memory`, decision
+ * 0034) or the exact cosine in SQL (`exact`).
+ */
+type VectorMode = 'pgvector' | 'memory' | 'exact';
 
 /** Per database: whether pgvector is there, and which HNSW indexes this process has made sure of. */
-const vectorSupport = new WeakMap<object, Promise<VectorMode>>();
+const vectorSupport = new WeakMap<object, Promise<'pgvector' | 'exact'>>();
 const hnswIndexes = new WeakMap<object, Map<number, Promise<void>>>();
 
 const vectorLiteral = (v: number[]) => `[${v.join(',')}]`;
@@ -209,7 +214,7 @@ export class RagService {
     await this.em.execute('insert into rag_indexes (workspace_id) values (?) on conflict do nothing', [
       workspaceId,
     ]);
-    await this.vectorMode();
+    await this.databaseVectorMode();
   }
 
   // ---------- vectors ----------
@@ -219,6 +224,20 @@ export class RagService {
    * once per database.
    */
   vectorMode(): Promise<VectorMode> {
+    return this.databaseVectorMode().then((db) => {
+      const want = this.deps.config.rag.vectorIndex;
+      if (want === 'memory') return 'memory';
+      if (db === 'pgvector') return 'pgvector';
+      return want === 'sql' ? 'exact' : 'memory';
+    });
+  }
+
+  /** The in-process vector index of this server (one per database handle). */
+  vectorIndex(): VectorIndex {
+    return vectorIndexFor(this.deps.db, () => this.deps.em(), this.deps.config.rag.vectorCacheMb);
+  }
+
+  private databaseVectorMode(): Promise<'pgvector' | 'exact'> {
     const key = this.deps.db;
     let mode = vectorSupport.get(key);
     if (!mode) {
@@ -230,7 +249,9 @@ export class RagService {
         } catch (err) {
           this.deps.log.warn(
             { reason: (err as Error).message },
-            'pgvector is not available on this database: vector retrieval uses an exact cosine over real[] (decision 0024)',
+            this.deps.config.rag.vectorIndex === 'sql'
+              ? 'pgvector is not available on this database: vector retrieval uses an exact cosine over real[] in SQL (RAG_VECTOR_INDEX=sql, decision 0024)'
+              : 'pgvector is not available on this database: vector retrieval uses the in-process vector index (decision 0034)',
           );
           return 'exact' as const;
         }
@@ -241,7 +262,8 @@ export class RagService {
   }
 
   private async ensureHnsw(dims: number): Promise<void> {
-    if ((await this.vectorMode()) !== 'pgvector' || dims > HNSW_MAX_DIMS || !Number.isInteger(dims)) return;
+    if ((await this.databaseVectorMode()) !== 'pgvector' || dims > HNSW_MAX_DIMS || !Number.isInteger(dims))
+      return;
     let map = hnswIndexes.get(this.deps.db);
     if (!map) {
       map = new Map();
@@ -549,7 +571,10 @@ export class RagService {
     return rows.map((r) => ({ id: r.id, score: Number(r.score) }));
   }
 
-  /** Nearest chunks by cosine: HNSW through pgvector, or the exact scan over `real[]`. */
+  /**
+   * Nearest chunks by cosine: HNSW through pgvector, the in-process index (exact, decision
+   * 0034), or the exact scan over `real[]` in SQL (also for a workspace over the index's budget).
+   */
   async vectorStage(
     workspaceId: string,
     vector: number[],
@@ -560,6 +585,10 @@ export class RagService {
     const dims = v.length;
     const use = mode ?? (await this.vectorMode());
     let rows: { id: string; similarity: number }[];
+    if (use === 'memory') {
+      const hits = await this.vectorIndex().search(workspaceId, v, limit);
+      if (hits) return hits;
+    }
     if (use === 'pgvector' && Number.isInteger(dims)) {
       rows = await this.em.transactional(async (em) => {
         await em.execute(
