@@ -56,6 +56,10 @@ export interface FakeChatReply {
 
 export interface FakeEmbeddingReply {
   error?: FakeUpstreamError;
+  /** With `error`: the `Retry-After` header to send (seconds or an HTTP date). */
+  retryAfter?: string;
+  /** Close the connection without answering (the client sees a connection reset). */
+  reset?: boolean;
   delayMs?: number;
   /** Never answer (until the client goes away). */
   hang?: boolean;
@@ -179,8 +183,11 @@ export async function startFakeOpenAI(opts: FakeOpenAIOptions = {}): Promise<Fak
     }
   };
 
-  const sendError = (res: http.ServerResponse, e: FakeUpstreamError) => {
-    res.writeHead(e.status, { 'content-type': 'application/json' });
+  const sendError = (res: http.ServerResponse, e: FakeUpstreamError, retryAfter?: string) => {
+    res.writeHead(e.status, {
+      'content-type': 'application/json',
+      ...(retryAfter !== undefined ? { 'retry-after': retryAfter } : {}),
+    });
     res.end(
       JSON.stringify({
         error: {
@@ -320,8 +327,12 @@ export async function startFakeOpenAI(opts: FakeOpenAIOptions = {}): Promise<Fak
       return;
     }
     if (reply.delayMs) await sleep(reply.delayMs);
+    if (reply.reset) {
+      req.socket.destroy();
+      return;
+    }
     if (reply.error) {
-      sendError(res, reply.error);
+      sendError(res, reply.error, reply.retryAfter);
       return;
     }
     const input: string[] = Array.isArray(rec.body?.input) ? rec.body.input : [String(rec.body?.input ?? '')];

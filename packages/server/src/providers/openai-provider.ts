@@ -221,6 +221,12 @@ interface ProviderConnection {
 export interface LlmSettings {
   maxRetries: number;
   timeoutMs: number;
+  /**
+   * Retries of an embeddings request (`EMBEDDING_MAX_RETRIES`; default `maxRetries`): on
+   * connection errors, timeouts, 408, 429 and 5xx, with exponential backoff or the upstream's
+   * `Retry-After` (see `embeddingRetryDelay`).
+   */
+  embeddingMaxRetries?: number;
   /** `fetch` for the SDK (default: Node's http client, see http-fetch.ts). */
   fetch?: typeof fetch;
   /**
@@ -409,29 +415,97 @@ export class OpenAiLlmProvider implements LlmProvider {
     return { text, toolCalls, usage, finishReason: choice?.finish_reason ?? 'stop' };
   }
 
+  /**
+   * Embeds `input` in one request. A retryable failure (connection error, timeout, 408, 429,
+   * 5xx) is retried up to `embeddingMaxRetries` times, waiting what the upstream's
+   * `Retry-After` asks (`embeddingRetryDelay`) or an exponential backoff; a permanent one (any
+   * other 4xx) fails at once. Only the answered attempt reports usage, so a retried call is
+   * metered once.
+   */
   async embed(
     model: ModelInfo,
     input: string[],
     signal?: AbortSignal,
   ): Promise<{ vectors: number[][]; usage: LlmUsage }> {
     const client = this.client(model.provider);
-    try {
-      const res = await client.embeddings.create(
-        { model: model.upstream, input, encoding_format: 'float' },
-        { signal },
-      );
-      const vectors = [...res.data].sort((a, b) => a.index - b.index).map((d) => d.embedding);
-      const usage: LlmUsage = res.usage
-        ? { inputTokens: res.usage.prompt_tokens, outputTokens: 0, estimated: false }
-        : {
-            inputTokens: estimateTokens(input.reduce((s, t) => s + t.length, 0)),
-            outputTokens: 0,
-            estimated: true,
-          };
-      return { vectors, usage };
-    } catch (err) {
-      if (isAbortError(err) || signal?.aborted) throw err;
-      throw upstreamError(err);
+    const maxRetries = this.settings.embeddingMaxRetries ?? this.settings.maxRetries;
+    let res: OpenAI.Embeddings.CreateEmbeddingResponse;
+    for (let attempt = 0; ; attempt++) {
+      try {
+        res = await client.embeddings.create(
+          { model: model.upstream, input, encoding_format: 'float' },
+          { signal, maxRetries: 0 },
+        );
+        break;
+      } catch (err) {
+        if (isAbortError(err) || signal?.aborted) throw err;
+        const wait = attempt < maxRetries ? embeddingRetryDelay(err, attempt) : undefined;
+        if (wait === undefined) throw upstreamError(err);
+        await abortableSleep(wait, signal);
+      }
     }
+    const vectors = [...res.data].sort((a, b) => a.index - b.index).map((d) => d.embedding);
+    const usage: LlmUsage = res.usage
+      ? { inputTokens: res.usage.prompt_tokens, outputTokens: 0, estimated: false }
+      : {
+          inputTokens: estimateTokens(input.reduce((s, t) => s + t.length, 0)),
+          outputTokens: 0,
+          estimated: true,
+        };
+    return { vectors, usage };
   }
+}
+
+/** First wait of the embeddings backoff, doubled per retry up to `EMBED_BACKOFF_MAX_MS`. */
+export const EMBED_BACKOFF_MS = 500;
+export const EMBED_BACKOFF_MAX_MS = 8_000;
+/** A `Retry-After` longer than this is not waited for: the call fails (an ingest would stall). */
+export const RETRY_AFTER_MAX_MS = 60_000;
+
+/**
+ * How long to wait before retrying a failed embeddings request, or undefined when it must not
+ * be retried: connection errors and timeouts, 408, 429 and 5xx are retried (after the
+ * upstream's `Retry-After`, in seconds or as an HTTP date, when it sent one and it is at most
+ * `RETRY_AFTER_MAX_MS`; else `EMBED_BACKOFF_MS · 2^attempt` up to `EMBED_BACKOFF_MAX_MS`, minus
+ * up to 25 % jitter); any other 4xx is permanent.
+ */
+export function embeddingRetryDelay(err: unknown, attempt: number): number | undefined {
+  const backoff = () =>
+    Math.min(EMBED_BACKOFF_MS * 2 ** attempt, EMBED_BACKOFF_MAX_MS) * (1 - Math.random() * 0.25);
+  if (err instanceof OpenAI.APIConnectionError) return backoff();
+  if (err instanceof OpenAI.APIError && err.status !== undefined) {
+    const status = err.status;
+    if (!(status === 408 || status === 429 || status >= 500)) return undefined;
+    const header = err.headers?.get('retry-after');
+    if (header) {
+      const seconds = Number(header);
+      const ms = Number.isFinite(seconds) ? seconds * 1000 : Date.parse(header) - Date.now();
+      if (Number.isFinite(ms)) {
+        if (ms > RETRY_AFTER_MAX_MS) return undefined;
+        return Math.max(0, ms);
+      }
+    }
+    return backoff();
+  }
+  const e = err as { code?: string; name?: string } | undefined;
+  if ((e?.code && CONNECTION_ERRORS.has(e.code)) || e?.name === 'TimeoutError') return backoff();
+  return undefined;
+}
+
+function abortableSleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) {
+      reject(signal.reason ?? new DOMException('This operation was aborted', 'AbortError'));
+      return;
+    }
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(signal?.reason ?? new DOMException('This operation was aborted', 'AbortError'));
+    };
+    const timer = setTimeout(() => {
+      signal?.removeEventListener('abort', onAbort);
+      resolve();
+    }, ms);
+    signal?.addEventListener('abort', onAbort, { once: true });
+  });
 }

@@ -19,6 +19,8 @@ export function createAiDeps(config: Config, em: () => EntityManager) {
   const llm = new OpenAiLlmProvider(models, {
     maxRetries: nonNegInt(config.env.LLM_MAX_RETRIES, 'LLM_MAX_RETRIES', 1),
     timeoutMs: Math.max(1, nonNegInt(config.env.LLM_TIMEOUT_MS, 'LLM_TIMEOUT_MS', 60_000)),
+    // Embeddings are batch work (document indexing): worth more patience than a chat turn.
+    embeddingMaxRetries: nonNegInt(config.env.EMBEDDING_MAX_RETRIES, 'EMBEDDING_MAX_RETRIES', 4),
     // `LLM_HTTP_CLIENT=fetch`: everything, streams included, through the SDK on the global fetch.
     fetch: config.env.LLM_HTTP_CLIENT === 'fetch' ? undefined : createHttpFetch(),
     streaming: config.env.LLM_HTTP_CLIENT === 'fetch' ? 'sdk' : 'node',
