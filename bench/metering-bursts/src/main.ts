@@ -403,6 +403,8 @@ async function runDatabase(db: string) {
       RATE_LIMIT_CHAT: '0',
       RUN_POLL_INTERVAL_MS: '100',
       LOG_LEVEL: 'silent',
+      // The server's default (4096) unless set: LISTEN_BACKLOG=511 shows Node's old default.
+      LISTEN_BACKLOG: process.env.LISTEN_BACKLOG,
     },
     fake: {
       defaultReply: (body: any) => {

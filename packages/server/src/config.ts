@@ -41,6 +41,12 @@ export const ConfigSchema = z.object({
   INIT_CREDITS_USD: optionalString,
   INIT_MONTHLY_TOKEN_QUOTA: optionalString,
   SHUTDOWN_GRACE_MS: intFromEnv(10_000),
+  /**
+   * The listen queue: connections the kernel completes before the server accepts them. The
+   * kernel caps it at `net.core.somaxconn`. Node's default, 511, overflowed under a burst of
+   * 1000 simultaneous connections (bench/metering-bursts): the overflowed ones were reset.
+   */
+  LISTEN_BACKLOG: intFromEnv(4096),
   CONSOLE_DIR: optionalString,
   /** Default monthly document-question quota per workspace (`unlimited` or unset: none). */
   RAG_MONTHLY_QUERY_QUOTA: optionalString.transform((v, ctx): number | null => {
@@ -78,6 +84,8 @@ export interface Config {
   publicBaseUrl: string | undefined;
   signingSecret: string | undefined;
   shutdownGraceMs: number;
+  /** `listen()` backlog (capped by the kernel's `net.core.somaxconn`). */
+  listenBacklog: number;
   trustProxy: boolean | number | string;
   /** The web console's built files (`packages/console/dist` unless `CONSOLE_DIR` says otherwise). */
   consoleDir: string;
@@ -117,6 +125,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     publicBaseUrl: e.PUBLIC_BASE_URL,
     signingSecret: e.SIGNING_SECRET,
     shutdownGraceMs: e.SHUTDOWN_GRACE_MS,
+    listenBacklog: e.LISTEN_BACKLOG,
     trustProxy: e.TRUST_PROXY,
     consoleDir: e.CONSOLE_DIR
       ? path.resolve(env.INIT_CWD ?? '', e.CONSOLE_DIR)

@@ -101,7 +101,7 @@ export async function createServer(opts: CreateServerOptions = {}): Promise<AiSu
         const srv = http.createServer(createRequestListener(app, deps));
         srv.keepAliveTimeout = 65_000;
         srv.once('error', reject);
-        srv.listen(port, host, () => {
+        srv.listen(port, host, config.listenBacklog, () => {
           server = srv;
           const addr = srv.address() as AddressInfo;
           const shownHost = host === '0.0.0.0' || host === '::' ? '127.0.0.1' : host;
