@@ -12,10 +12,19 @@
  *
  * BENCH_DATABASES (`embedded,postgres`), BENCH_PG_URL (`postgres://postgres@127.0.0.1:5432/test`,
  * a database is created and dropped on it), BENCH_BURSTS (`20,200,1000`),
- * BENCH_CAPABILITIES (all: `app-stream,app-plain,agent-turns,autonomous,artifacts,chat-quota`).
+ * BENCH_CAPABILITIES (all: `app-stream,app-plain,agent-turns,autonomous,artifacts,image,
+ * image-tokens,document-qa,chat-quota`), LISTEN_BACKLOG (the server's).
  */
-import { startEmbeddedPostgres } from '@ai-suite/server';
 import {
+  ARTIFACT_REPORT,
+  type BurstResult,
+  type ImageUpstreams,
+  indexedDocumentQA,
+  requestImage,
+  startImageUpstreams,
+} from '@ai-suite/server/test-bursts';
+import {
+  createEmbeddedDatabase,
   createServerDatabase,
   createTestWorkspace,
   startTestServerWithFakeModel,
@@ -28,7 +37,8 @@ const DATABASES = (process.env.BENCH_DATABASES ?? 'embedded,postgres').split(','
 const PG_URL = process.env.BENCH_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 const BURSTS = (process.env.BENCH_BURSTS ?? '20,200,1000').split(',').map(Number);
 const CAPS = (
-  process.env.BENCH_CAPABILITIES ?? 'app-stream,app-plain,agent-turns,autonomous,artifacts,chat-quota'
+  process.env.BENCH_CAPABILITIES ??
+  'app-stream,app-plain,agent-turns,autonomous,artifacts,image,image-tokens,document-qa,chat-quota'
 ).split(',');
 const BALANCE_USD = 3;
 /** The issue's message: 1990 characters. */
@@ -36,23 +46,6 @@ const MESSAGE = 'The metering of this service is being tested under a burst. '.r
 const CHAT_MESSAGE = 'Say hello to the metering benchmark.';
 /** App chat replies: 2000 characters = 500 output tokens, in 50 chunks 4 ms apart. */
 const REPLY = 'abcd'.repeat(500);
-
-const words = (n: number) => Array.from({ length: n }, (_, i) => `word${i}`).join(' ');
-const REPORT = JSON.stringify({
-  executiveSummary: words(150),
-  insights: [
-    {
-      title: 'Adoption doubled',
-      body: 'Active users went from 40 to 80.',
-      category: 'key_development',
-      evidence: Array.from({ length: 14 }, (_, i) => `e${i}`),
-    },
-  ],
-  followUpConsiderations: [
-    { title: 'Check churn', body: 'Watch the next cycle.', attentionLevel: 'moderate' },
-  ],
-  confidenceNotes: 'Based on 3 samples.',
-});
 
 type Ts = TestServer & { fake: { close(): Promise<void> } };
 type Outcome = 'completed' | 'refused' | 'incomplete' | 'other';
@@ -66,11 +59,20 @@ function promptChars(body: any): number {
   return n;
 }
 
+/** What one request became; with its `X-Request-Id` when its usage records carry it. */
+type Attempted = Outcome | { outcome: Outcome; requestId: string };
+
 interface Capability {
   name: string;
   endpoint: string;
-  setup(ts: Ts, ws: TestWorkspace, n: number): Promise<(i: number) => Promise<Outcome>>;
+  setup(ts: Ts, ws: TestWorkspace, n: number): Promise<(i: number) => Promise<Attempted>>;
 }
+
+/** The shared fixtures' outcome: a request that failed after its start ended mid-way. */
+const attempted = (r: BurstResult): Attempted => ({
+  outcome: r.outcome === 'failed' ? 'incomplete' : r.outcome,
+  requestId: r.requestId,
+});
 
 async function createAgent(ts: Ts, key: string, autonomous: boolean): Promise<string> {
   const res = await ts.api('/managed-agents/agents', {
@@ -194,6 +196,28 @@ const capabilities: Record<string, Capability> = {
       };
     },
   },
+  image: {
+    name: 'image (per image)',
+    endpoint: '/image',
+    async setup(ts, ws) {
+      return async () => attempted(await requestImage(ts, ws.apiKey, 'scan-gen'));
+    },
+  },
+  'image-tokens': {
+    name: 'image (per image + tokens)',
+    endpoint: '/image',
+    async setup(ts, ws) {
+      return async () => attempted(await requestImage(ts, ws.apiKey, 'gpt-image-1'));
+    },
+  },
+  'document-qa': {
+    name: 'document QA',
+    endpoint: '/rag/query',
+    async setup(ts, ws) {
+      const ask = await indexedDocumentQA(ts, ws);
+      return async () => attempted(await ask());
+    },
+  },
   artifacts: {
     name: 'artifacts',
     endpoint: '/artifacts/generate',
@@ -239,25 +263,35 @@ async function creditBurst(ts: Ts, db: string, key: string, n: number, rich: Tes
   // One complete request's cost (and the estimator has seen the replies: 3 warm-up requests).
   const warm = await cap.setup(ts, rich, 3);
   for (let i = 0; i < 3; i++) await warm(i);
-  const [c] = await sql<{ c: string }>(
-    `select max(cost_micros) as c from usage_records where workspace_id = ? and endpoint = ? and provider_status = 'success'`,
+  // A request's cost: all its records (document QA: the query embedding and the answer).
+  const costs = await sql<{ c: string }>(
+    `select sum(cost_micros) as c from usage_records
+      where workspace_id = ? and endpoint = ? and provider_status = 'success' group by request_id`,
     [rich.workspaceId, cap.endpoint],
   );
-  const oneRequest = Number(c?.c ?? 0);
+  const oneRequest = Math.max(0, ...costs.map((r) => Number(r.c)));
   const credits = BALANCE_USD * 1e6;
   const ws = await createTestWorkspace(ts, { creditsUsd: String(BALANCE_USD) });
   const attempt = await cap.setup(ts, ws, n);
-  const outcomes = await Promise.all(
-    Array.from({ length: n }, (_, i) => attempt(i).catch(() => 'other' as const)),
+  const results = await Promise.all(
+    Array.from({ length: n }, (_, i) => attempt(i).catch((): Attempted => 'other')),
   );
+  const outcomes = results.map((r) => (typeof r === 'string' ? r : r.outcome));
   await new Promise((r) => setTimeout(r, 200));
-  const recs = await sql<{ cost_micros: string; provider_status: string }>(
-    'select cost_micros, provider_status from usage_records where workspace_id = ?',
+  const recs = await sql<{ cost_micros: string; provider_status: string; request_id: string }>(
+    'select cost_micros, provider_status, request_id from usage_records where workspace_id = ?',
     [ws.workspaceId],
   );
   const used = recs.reduce((s, r) => s + Number(r.cost_micros), 0);
+  // Charged to the requests that did not complete: by request id where the records carry it
+  // (whatever their status: document QA's embedding paid for by a refused query counts), else
+  // the records that did not end in success.
+  const completedIds = new Set(
+    results.flatMap((r) => (typeof r !== 'string' && r.outcome === 'completed' ? [r.requestId] : [])),
+  );
+  const byRequest = results.some((r) => typeof r !== 'string');
   const incompleteCharged = recs
-    .filter((r) => r.provider_status !== 'success')
+    .filter((r) => (byRequest ? !completedIds.has(r.request_id) : r.provider_status !== 'success'))
     .reduce((s, r) => s + Number(r.cost_micros), 0);
   const holdsLeft = (await sql('select 1 from credit_holds where workspace_id = ?', [ws.workspaceId])).length;
   const count = (o: Outcome) => outcomes.filter((x) => x === o).length;
@@ -383,18 +417,19 @@ async function quotaBurst(
 
 /** A fresh database: an embedded one, or one created (and dropped after) on the server. */
 async function freshDatabase(kind: string): Promise<TestDatabase> {
-  if (kind !== 'postgres') {
-    const embedded = await startEmbeddedPostgres({});
-    return { embedded, drop: () => embedded.close() };
-  }
+  if (kind !== 'postgres') return createEmbeddedDatabase();
   return createServerDatabase(PG_URL, 'aisuite_bench');
 }
 
 async function runDatabase(db: string) {
   const database = await freshDatabase(db);
+  // Images priced so that one costs about what one app-chat answer does ($0.15; the
+  // gpt-image-like one $0.10 plus ~$0.011 of tokens): K near 19 on every capability.
+  const images: ImageUpstreams = await startImageUpstreams({ perImage: '0.15', altPerImage: '0.10' });
   const ts = (await startTestServerWithFakeModel({
     db: database,
     env: {
+      ...images.env,
       CHAT_MODEL_INPUT_PRICE_PER_MTOK: '100',
       CHAT_MODEL_OUTPUT_PRICE_PER_MTOK: '200',
       RATE_LIMIT_APP_CHAT: '0',
@@ -408,7 +443,7 @@ async function runDatabase(db: string) {
     },
     fake: {
       defaultReply: (body: any) => {
-        if (body.response_format) return { text: REPORT, chunkSize: 64 };
+        if (body.response_format) return { text: ARTIFACT_REPORT, chunkSize: 64 };
         if (promptChars(body) < 200) return { text: 'Hello from the fake model.', chunkSize: 4 };
         return {
           text: REPLY,
@@ -446,6 +481,7 @@ async function runDatabase(db: string) {
     }
   } finally {
     await ts.close();
+    await images.close();
     await database.drop();
   }
   return { credit, quota };

@@ -1,12 +1,13 @@
-import {
-  type FakeOpenAIImages,
-  type FakeReplicate,
-  startFakeOpenAIImages,
-  startFakeReplicate,
-} from '@ai-suite/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
-  createTestSession,
+  ARTIFACT_REPORT,
+  BURST_IMAGE_MODELS,
+  type ImageUpstreams,
+  indexedDocumentQA,
+  requestImage,
+  startImageUpstreams,
+} from '../test/bursts.js';
+import {
   createTestWorkspace,
   type FakeOpenAI,
   startTestServerWithFakeModel,
@@ -31,27 +32,9 @@ import {
 
 let ts: TestServer & { fake: FakeOpenAI };
 let rich: TestWorkspace;
-let replicate: FakeReplicate;
-let images: FakeOpenAIImages;
+let imageUpstreams: ImageUpstreams;
 const K = 4;
 const N = 24;
-
-const words = (n: number) => Array.from({ length: n }, (_, i) => `word${i}`).join(' ');
-const REPORT = JSON.stringify({
-  executiveSummary: words(150),
-  insights: [
-    {
-      title: 'Adoption doubled',
-      body: 'Active users went from 40 to 80.',
-      category: 'key_development',
-      evidence: Array.from({ length: 14 }, (_, i) => `e${i}`),
-    },
-  ],
-  followUpConsiderations: [
-    { title: 'Check churn', body: 'Watch the next cycle.', attentionLevel: 'moderate' },
-  ],
-  confidenceNotes: 'Based on 3 samples.',
-});
 
 const artifactBody = {
   scope: { level: 'organization', entityId: 'org-1', label: 'Acme' },
@@ -60,26 +43,12 @@ const artifactBody = {
 };
 
 beforeAll(async () => {
-  replicate = await startFakeReplicate({ token: 'r8_test' });
-  images = await startFakeOpenAIImages({ apiKey: 'sk-images' });
+  // Images: a Replicate model priced per image, and a gpt-image-like model priced per image
+  // plus its tokens ($5 / $40 per million; 272 output tokens an image).
+  imageUpstreams = await startImageUpstreams({ perImage: '0.01', altPerImage: '0.02' });
   ts = await startTestServerWithFakeModel({
     env: {
-      // Images: a Replicate model priced per image, and a gpt-image-like model priced per
-      // image plus its tokens ($5 / $40 per million; 272 output tokens an image).
-      IMAGE_MODEL: 'acme/scan-gen',
-      IMAGE_MODEL_ID: 'scan-gen',
-      IMAGE_MODEL_PRICE_PER_IMAGE: '0.01',
-      REPLICATE_BASE_URL: replicate.baseUrl,
-      REPLICATE_API_TOKEN: 'r8_test',
-      IMAGE_ALT_MODEL: 'gpt-image-1',
-      IMAGE_ALT_BASE_URL: images.baseUrl,
-      IMAGE_ALT_API_KEY: 'sk-images',
-      IMAGE_ALT_MODEL_PRICE_PER_IMAGE: '0.02',
-      IMAGE_ALT_INPUT_PRICE_PER_MTOK: '5',
-      IMAGE_ALT_OUTPUT_PRICE_PER_MTOK: '40',
-      IMAGE_PREFER_WAIT_SECONDS: '1',
-      IMAGE_POLL_INITIAL_MS: '5',
-      IMAGE_POLL_MAX_MS: '20',
+      ...imageUpstreams.env,
       RATE_LIMIT_APP_CHAT: '0',
       RATE_LIMIT_AGENT_MESSAGE: '0',
       RATE_LIMIT_SESSION_CREATE: '0',
@@ -92,7 +61,7 @@ beforeAll(async () => {
       // a report that validates.
       defaultReply: (body: { response_format?: unknown }) =>
         body.response_format
-          ? { text: REPORT, chunkSize: 64 }
+          ? { text: ARTIFACT_REPORT, chunkSize: 64 }
           : { text: 'abcd'.repeat(60), chunkSize: 4, paceMs: 1 },
     },
   });
@@ -100,8 +69,7 @@ beforeAll(async () => {
 }, 120_000);
 afterAll(async () => {
   await ts?.close();
-  await replicate?.close();
-  await images?.close();
+  await imageUpstreams?.close();
 });
 
 const json = async <T = any>(res: Response): Promise<T> => (await res.json()) as T;
@@ -244,25 +212,12 @@ const capabilities: Capability[] = [
       };
     },
   },
-  ...(['scan-gen', 'gpt-image-1'] as const).map(
+  ...BURST_IMAGE_MODELS.map(
     (model): Capability => ({
       name: `image (${model})`,
       endpoint: '/image',
       async setup(ws) {
-        return async () => {
-          const res = await ts.api('/image', {
-            method: 'POST',
-            key: ws.apiKey,
-            json:
-              model === 'gpt-image-1'
-                ? { profile: 'ultrasound', provider: 'openai', operation: 'generate', prompt: 'a heart' }
-                : { prompt: 'a kidney in long axis, high contrast', model },
-          });
-          await res.text();
-          const requestId = res.headers.get('x-request-id') ?? '';
-          const outcome = res.status === 200 ? 'completed' : res.status === 402 ? 'refused' : 'failed';
-          return { outcome, requestId };
-        };
+        return async () => requestImage(ts, ws.apiKey, model);
       },
     }),
   ),
@@ -270,39 +225,7 @@ const capabilities: Capability[] = [
     name: 'document QA',
     endpoint: '/rag/query',
     async setup(ws) {
-      const session = await createTestSession(ts, ws);
-      const fd = new FormData();
-      fd.append('workspace_id', ws.workspaceId);
-      fd.append(
-        'files[]',
-        new Blob(
-          [
-            '# Kettle manual\n\nThe warranty of the blue kettle lasts seven years from the date of purchase. ' +
-              'Descaling should be done every month in hard water areas.\n',
-          ],
-          { type: 'text/markdown' },
-        ),
-        'manual.md',
-      );
-      const up = await ts.api('/rag/upload', { method: 'POST', key: session.token, body: fd });
-      expect(up.status).toBe(200);
-      await up.text();
-      return async () => {
-        const res = await ts.api('/rag/query', {
-          method: 'POST',
-          key: session.token,
-          json: {
-            query: 'How long does the warranty of the blue kettle last?',
-            workspace_id: ws.workspaceId,
-          },
-        });
-        const body = await res.text();
-        const requestId = res.headers.get('x-request-id') ?? '';
-        if (res.status === 402) return { outcome: 'refused', requestId };
-        // An answer generated from the sources (not the "not found" answer without a model call).
-        const ok = res.status === 200 && JSON.parse(body).usage?.output_tokens > 0;
-        return { outcome: ok ? 'completed' : 'failed', requestId };
-      };
+      return indexedDocumentQA(ts, ws);
     },
   },
   {

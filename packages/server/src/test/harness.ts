@@ -46,6 +46,12 @@ export async function createServerDatabase(serverUrl: string, prefix = 'aisuite_
   };
 }
 
+/** A new, empty embedded database with the extensions the server loads (pgvector), closed on `drop()`. */
+export async function createEmbeddedDatabase(): Promise<TestDatabase> {
+  const embedded = await startEmbeddedPostgres({ extensions: EMBEDDED_EXTENSIONS });
+  return { embedded, drop: () => embedded.close() };
+}
+
 export async function createTestDatabase(): Promise<TestDatabase> {
   const serverUrl = process.env.DATABASE_URL;
   if (serverUrl) return createServerDatabase(serverUrl);
