@@ -254,7 +254,9 @@ describe('credit bursts: no unpaid work, no starvation, no charge without an ans
 }, () => {
   for (const cap of capabilities) {
     it(cap.name, async () => {
-      // Learn the reply length, and one complete request's cost.
+      // Learn the reply length, and one complete request's cost, on a workspace of its own
+      // (the two image models share an endpoint: their costs must not mix).
+      const rich = await createTestWorkspace(ts, { creditsUsd: '100' });
       const attemptRich = await cap.setup(rich);
       for (let i = 0; i < 3; i++) {
         const r = await attemptRich(rich, i);
