@@ -180,8 +180,10 @@ const capabilities: Record<string, Capability> = {
         if (res.status === 402) return 'refused';
         if (res.status !== 201) return 'other';
         const { runId } = await json<{ runId: string }>(res);
-        for (;;) {
-          await new Promise((r) => setTimeout(r, 200));
+        // Polled every 200 ms at first, then less and less often (up to every 3 s): a burst of
+        // 1000 runs polled every 200 ms kept the machine busy answering the polls.
+        for (let polls = 0; ; polls++) {
+          await new Promise((r) => setTimeout(r, Math.min(3000, 200 * 1.5 ** polls)));
           const d = await json(
             await ts.api(`/managed-agents/agents/${agentId}/runs/${runId}`, { key: ws.apiKey }),
           );
