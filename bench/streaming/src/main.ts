@@ -7,7 +7,8 @@
  * (`POST /apps/{id}/chat/message/stream`) and an agent assist turn
  * (`POST /managed-agents/sessions/{id}/messages`, one session per concurrent client). Reports
  * time to first text and total time (p50/p99), requests/s, server CPU and database CPU per
- * request (the backends' /proc times on the server database; on PGlite the database runs in
+ * request (the /proc times of every backend of the bench database, listed every 200 ms during
+ * each phase; on PGlite the database runs in
  * the server process, inside its CPU) and database transactions per request
  * (`pg_stat_database` deltas). Upstream and server run in their own processes.
  */
@@ -27,10 +28,10 @@ const WARMUP_C50 = Number(process.env.BENCH_WARMUP_C50 ?? 500);
 const STATS_SETTLE_MS = Number(process.env.BENCH_STATS_SETTLE_MS ?? 11_000);
 const ONLY = process.env.BENCH_PATHS?.split(',');
 
-function start(script: string, env: Record<string, string | undefined>) {
+function start(script: string, env: Record<string, string | undefined>, nodeArgs: string[] = []) {
   const child = fork(path.join(here, script), [], {
     env: { ...process.env, ...env },
-    execArgv: ['--import', 'tsx'],
+    execArgv: ['--import', 'tsx', ...nodeArgs],
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
   });
   return new Promise<{ child: ChildProcess; url: string }>((resolve, reject) => {
@@ -68,6 +69,55 @@ function procCpuMs(pids: number[]): number {
     }
   }
   return sum;
+}
+
+/**
+ * CPU of every backend of the bench database over a phase. Backends come and go (the plain
+ * pool closes idle connections after 10 s, so a phase's connections may be opened after its
+ * start and closed before the stats settle): the backends are listed every `everyMs` while
+ * the phase runs and each one's CPU is read at every listing; a backend first seen during the
+ * phase counts from zero. Only the CPU a backend spends between its last reading and its exit
+ * is missed (none for the pools' connections, which outlive the phase).
+ */
+class BackendCpu {
+  private readonly base = new Map<number, number>();
+  private readonly last = new Map<number, number>();
+  private timer: NodeJS.Timeout | undefined;
+  private busy = false;
+
+  constructor(private readonly client: pg.Client) {}
+
+  private async sample(first: boolean): Promise<void> {
+    const { rows } = await this.client.query<{ pid: number }>(
+      'select pid from pg_stat_activity where datname = current_database() and pid <> pg_backend_pid()',
+    );
+    for (const { pid } of rows) {
+      const cpu = procCpuMs([pid]);
+      if (!this.base.has(pid)) this.base.set(pid, first ? cpu : 0);
+      this.last.set(pid, Math.max(this.last.get(pid) ?? 0, cpu));
+    }
+  }
+
+  async start(everyMs = 200): Promise<void> {
+    await this.sample(true);
+    this.timer = setInterval(() => {
+      if (this.busy) return;
+      this.busy = true;
+      void this.sample(false).finally(() => {
+        this.busy = false;
+      });
+    }, everyMs);
+  }
+
+  /** CPU ms of the phase's backends; `backends` = how many were seen. */
+  async stop(): Promise<{ ms: number; backends: number }> {
+    clearInterval(this.timer);
+    while (this.busy) await new Promise((r) => setTimeout(r, 10));
+    await this.sample(false);
+    let ms = 0;
+    for (const [pid, base] of this.base) ms += (this.last.get(pid) ?? base) - base;
+    return { ms, backends: this.base.size };
+  }
 }
 
 interface Target {
@@ -184,23 +234,30 @@ async function main() {
   const upstream = await start('../../chat-overhead/src/upstream.ts', {
     BENCH_PACE_MS: process.env.BENCH_PACE_MS ?? '6',
   });
-  const server = await start('server.ts', {
-    LOG_LEVEL: 'silent',
-    DATA_DIR: dataDir,
-    DATABASE_URL: dbUrl,
-    OPENAI_BASE_URL: upstream.url,
-    OPENAI_API_KEY: 'bench',
-    CHAT_MODEL: 'fake-chat',
-    INIT_WORKSPACE_NAME: 'bench',
-    INIT_API_KEY: apiKey,
-    INIT_CREDITS_USD: '1000000',
-    RATE_LIMIT_CHAT: '100000000',
-    RATE_LIMIT_APP_CHAT: '100000000',
-    RATE_LIMIT_AGENT_MESSAGE: '100000000',
-    RATE_LIMIT_SESSION_CREATE: '100000000',
-    LLM_MAX_RETRIES: '0',
-  });
+  const server = await start(
+    'server.ts',
+    {
+      LOG_LEVEL: 'silent',
+      DATA_DIR: dataDir,
+      DATABASE_URL: dbUrl,
+      OPENAI_BASE_URL: upstream.url,
+      OPENAI_API_KEY: 'bench',
+      CHAT_MODEL: 'fake-chat',
+      INIT_WORKSPACE_NAME: 'bench',
+      INIT_API_KEY: apiKey,
+      INIT_CREDITS_USD: '1000000',
+      RATE_LIMIT_CHAT: '100000000',
+      RATE_LIMIT_APP_CHAT: '100000000',
+      RATE_LIMIT_AGENT_MESSAGE: '100000000',
+      RATE_LIMIT_SESSION_CREATE: '100000000',
+      LLM_MAX_RETRIES: '0',
+    },
+    process.env.BENCH_SERVER_NODE_ARGS?.split(' ').filter(Boolean),
+  );
   if (!dbUrl) delete process.env.DATABASE_URL;
+  // The bench's own connection, listing the database's backends (itself excluded).
+  const watcher = dbUrl ? new pg.Client({ connectionString: dbUrl }) : undefined;
+  await watcher?.connect();
   try {
     const api = `${server.url}/api/v1`;
     const created = await json(`${api}/managed-agents/agents`, apiKey, { name: 'bench agent' });
@@ -266,23 +323,24 @@ async function main() {
       ] as const) {
         if (serverDb) await new Promise((r) => setTimeout(r, STATS_SETTLE_MS));
         const db0 = await ask<{ type: string; xacts: number; pids: number[] }>(server.child, 'db');
-        const dbCpu0 = procCpuMs(db0.pids);
+        const backendCpu = watcher ? new BackendCpu(watcher) : undefined;
+        await backendCpu?.start();
         const s0 = await ask<{ type: string; cpuMicros: number }>(server.child, 'stats');
         const w0 = Date.now();
         const r = await load(t, n, c);
         const seconds = (Date.now() - w0) / 1000;
         const s1 = await ask<{ type: string; cpuMicros: number }>(server.child, 'stats');
+        const dbCpu = await backendCpu?.stop();
         if (serverDb) await new Promise((r) => setTimeout(r, STATS_SETTLE_MS));
         const db1 = await ask<{ type: string; xacts: number; pids: number[] }>(server.child, 'db');
-        // A backend opened during the load had no CPU time before it.
-        const dbCpu1 = procCpuMs([...new Set([...db0.pids, ...db1.pids])]);
         results.push({
           path: t.name,
           concurrency: c,
           requests: n,
           ...r,
           serverCpuMs: t.name === 'direct' ? 0 : (s1.cpuMicros - s0.cpuMicros) / 1000 / n,
-          dbCpuMs: serverDb ? (dbCpu1 - dbCpu0) / n : Number.NaN,
+          dbCpuMs: dbCpu ? dbCpu.ms / n : Number.NaN,
+          dbBackends: dbCpu?.backends ?? 0,
           seconds,
           // Minus the statement that read the counter the first time.
           xacts: db1.xacts - db0.xacts - 1,
@@ -316,6 +374,7 @@ async function main() {
     }
     if (process.env.BENCH_JSON) fs.writeFileSync(process.env.BENCH_JSON, JSON.stringify(results, null, 2));
   } finally {
+    await watcher?.end();
     agent.destroy();
     server.child.disconnect();
     upstream.child.disconnect();

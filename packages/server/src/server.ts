@@ -82,7 +82,7 @@ export async function createServer(opts: CreateServerOptions = {}): Promise<AiSu
     await db.close();
     throw err;
   }
-  const runs = createRunEngine({ config, log, em, onSweep: () => ai.metering.settleExpired() });
+  const runs = createRunEngine({ config, log, em, sql: db.sql, onSweep: () => ai.metering.settleExpired() });
   const poolMetering = ai.metering.using(db.sql, { batchUsage: true });
   const deps: ServerDeps = { config, db, log, em, identity, ...ai, poolMetering, objects, runs };
   registerAgentRuntime(deps);

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import type { Logger } from 'pino';
+import type { SqlExecutor } from '../db/sql.js';
 import { badRequest } from '../http/errors.js';
 import type { RunBus } from './bus.js';
 import { EventWriter, LiveLog } from './live-log.js';
@@ -19,6 +20,11 @@ import {
 
 export interface RunEngineOptions {
   em: () => EntityManager;
+  /**
+   * The plain pool (`db/sql.ts`): the end of an execution (`finish`) runs there as one
+   * statement, off the ORM (decision 0021 §10). Without it, the ORM transaction.
+   */
+  sql?: SqlExecutor;
   log: Logger;
   bus: RunBus;
   /** How long a lease lasts without a heartbeat (ms). */
@@ -509,16 +515,27 @@ export class RunEngine {
     error: string | null = null,
   ): Promise<void> {
     const pending = await this.writer.drain(live);
-    const ev = await runStore.finish(
-      this.opts.em(),
-      live.runId,
-      this.workerId,
-      status,
-      payload,
-      error,
-      pending,
-      this.notification(live.runId),
-    );
+    const ev = this.opts.sql
+      ? await runStore.finishOwned(
+          this.opts.sql,
+          live.runId,
+          this.workerId,
+          status,
+          payload,
+          error,
+          pending,
+          this.notification(live.runId),
+        )
+      : await runStore.finish(
+          this.opts.em(),
+          live.runId,
+          this.workerId,
+          status,
+          payload,
+          error,
+          pending,
+          this.notification(live.runId),
+        );
     if (ev) this.deliverTerminal(live, ev);
     else {
       // Cancelled meanwhile (the lease kept for us; `finish` wrote the pending events), or

@@ -1,6 +1,7 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
 import type { Logger } from 'pino';
 import type { Config } from '../config.js';
+import type { SqlExecutor } from '../db/sql.js';
 import { RunBus } from './bus.js';
 import { RunEngine } from './engine.js';
 
@@ -24,12 +25,15 @@ export function createRunEngine(opts: {
   config: Config;
   log: Logger;
   em: () => EntityManager;
+  /** The plain pool: the end of each execution is one statement there (decision 0021 §10). */
+  sql?: SqlExecutor;
   onSweep?: () => Promise<unknown>;
 }): RunEngine {
   const env = opts.config.env;
   const bus = new RunBus({ databaseUrl: opts.config.databaseUrl, log: opts.log, em: opts.em });
   return new RunEngine({
     em: opts.em,
+    sql: opts.sql,
     log: opts.log,
     bus,
     leaseMs: intEnv(env.RUN_LEASE_MS, 30_000),

@@ -1,5 +1,8 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import type { EntityManager } from '@mikro-orm/postgresql';
+import { ACTIVE_API_KEY_WHERE, API_KEY_FROM, LAST_USED_RESOLUTION_SECONDS } from '../auth/api-keys.js';
+import type { SqlExecutor } from '../db/sql.js';
+import { RATE_LIMIT_WINDOW_START, rateLimitUpsert } from '../metering/service.js';
 import type { RunEvent, RunKind, RunRecord, RunStatus, ToolCallRecord } from './types.js';
 
 type Row = Record<string, unknown>;
@@ -89,6 +92,77 @@ export interface TurnAdmission {
 }
 
 /** The SQL of the run engine. Every statement goes through `em.execute` (see AGENTS rules). */
+/**
+ * The CTEs of a turn's admission (`s`, `act`, `ok`, `msg`, `touched`, `run`): session lookup
+ * in the workspace `ws` (an expression; its parameters `wsParams` are repeated where it is
+ * used), the concurrency check, the user message, the session touched, and the run — leased
+ * when `claimFor` is given and no other turn of the session is live.
+ */
+function turnAdmissionSql(
+  ws: string,
+  wsParams: unknown[],
+  t: {
+    runId: string;
+    messageId: string;
+    sessionId: string;
+    message: string;
+    input: Record<string, unknown>;
+    reject: boolean;
+    claimFor: { owner: string; leaseMs: number } | null;
+  },
+  /** The run's input: `?::jsonb` (the `input` parameter), or an expression around it. */
+  inputSql = '?::jsonb',
+): { ctes: string; params: unknown[] } {
+  const claim = t.claimFor !== null;
+  return {
+    ctes: `s as (
+         select id, app_id from agent_sessions where id = ?::uuid and workspace_id = ${ws}
+       ), act as (
+         select r.id from runs r join s on r.session_id = s.id
+         where r.kind = 'turn' and r.status in ('pending', 'running') order by r.created_at limit 1
+       ), ok as (
+         select s.id, s.app_id, not exists (select 1 from act) as free from s
+         where not ?::boolean or not exists (select 1 from act)
+       ), msg as (
+         insert into session_messages (id, workspace_id, session_id, run_id, role, content, metadata)
+         select ?::uuid, ${ws}, ok.id, ?::uuid, 'user', ?::text, '{}'::jsonb from ok returning id
+       ), touched as (
+         update agent_sessions set last_message_at = now() where id in (select id from ok) returning id
+       ), run as (
+         insert into runs (id, workspace_id, kind, app_id, session_id, serial_key, input, max_attempts,
+           status, lease_owner, lease_expires_at, heartbeat_at, attempts, started_at)
+         select ?::uuid, ${ws}, 'turn', ok.app_id, ok.id, 'session:' || ok.id, ${inputSql}, 1,
+           case when ok.free and ?::boolean then 'running' else 'pending' end,
+           case when ok.free and ?::boolean then ?::text end,
+           case when ok.free and ?::boolean then now() + ?::interval end,
+           case when ok.free and ?::boolean then now() end,
+           case when ok.free and ?::boolean then 1 else 0 end,
+           case when ok.free and ?::boolean then now() end
+         from ok returning *
+       )`,
+    params: [
+      t.sessionId,
+      ...wsParams,
+      t.reject,
+      t.messageId,
+      ...wsParams,
+      t.runId,
+      t.message,
+      t.runId,
+      ...wsParams,
+      JSON.stringify(t.input),
+      claim,
+      claim,
+      t.claimFor?.owner ?? null,
+      claim,
+      ms(t.claimFor?.leaseMs ?? 0),
+      claim,
+      claim,
+      claim,
+    ],
+  };
+}
+
 export const runStore = {
   async insertRun(em: EntityManager, run: NewRun): Promise<RunRecord> {
     const rows = await em.execute<Row[]>(
@@ -129,58 +203,15 @@ export const runStore = {
       claimFor: { owner: string; leaseMs: number } | null;
     },
   ): Promise<TurnAdmission> {
-    const claim = t.claimFor !== null;
+    const q = turnAdmissionSql('?', [t.workspaceId], t);
     const rows = await em.execute<Row[]>(
-      `with s as (
-         select id, app_id from agent_sessions where id = ? and workspace_id = ?
-       ), act as (
-         select r.id from runs r join s on r.session_id = s.id
-         where r.kind = 'turn' and r.status in ('pending', 'running') order by r.created_at limit 1
-       ), ok as (
-         select s.id, s.app_id, not exists (select 1 from act) as free from s
-         where not ? or not exists (select 1 from act)
-       ), msg as (
-         insert into session_messages (id, workspace_id, session_id, run_id, role, content, metadata)
-         select ?, ?, ok.id, ?, 'user', ?, '{}'::jsonb from ok returning id
-       ), touched as (
-         update agent_sessions set last_message_at = now() where id in (select id from ok) returning id
-       ), run as (
-         insert into runs (id, workspace_id, kind, app_id, session_id, serial_key, input, max_attempts,
-           status, lease_owner, lease_expires_at, heartbeat_at, attempts, started_at)
-         select ?, ?, 'turn', ok.app_id, ok.id, 'session:' || ok.id, ?::jsonb, 1,
-           case when ok.free and ? then 'running' else 'pending' end,
-           case when ok.free and ? then ? end,
-           case when ok.free and ? then now() + ?::interval end,
-           case when ok.free and ? then now() end,
-           case when ok.free and ? then 1 else 0 end,
-           case when ok.free and ? then now() end
-         from ok returning *
-       )
+      `with ${q.ctes}
        select (select count(*) from s) as found, (select id from act) as active_run_id,
          (select count(*) from msg) + (select count(*) from touched) as written,
          (select row_to_json(a) from apps a join s on a.id = s.app_id where a.app_type = 'agent') as agent,
          run.*
        from (select 1) one left join run on true`,
-      [
-        t.sessionId,
-        t.workspaceId,
-        t.reject,
-        t.messageId,
-        t.workspaceId,
-        t.runId,
-        t.message,
-        t.runId,
-        t.workspaceId,
-        JSON.stringify(t.input),
-        claim,
-        claim,
-        t.claimFor?.owner ?? null,
-        claim,
-        ms(t.claimFor?.leaseMs ?? 0),
-        claim,
-        claim,
-        claim,
-      ],
+      q.params,
     );
     const r = rows[0] as Row;
     const agent = (typeof r.agent === 'string' ? JSON.parse(r.agent) : r.agent) as Row | null;
@@ -189,6 +220,95 @@ export const runStore = {
       activeRunId: r.id == null ? ((r.active_run_id as string) ?? null) : null,
       run: r.id == null ? null : toRun(r),
       agent,
+    };
+  },
+
+  /**
+   * `admitTurn` preceded by the request's own checks, in ONE statement on the plain pool
+   * (decision 0021 §11): the API key (an active key of an active workspace; `last_used_at`
+   * refreshed at most once a minute), a unit of the workspace's `agent_message` rate limit
+   * (only when `admit`: a valid request), and the credit check (balance above zero). The turn
+   * is admitted only when all three pass. Undefined when the key does not resolve (401); the
+   * caller then checks, in this order, `hits` against the rule (429), `balanceMicros` (402),
+   * then the admission as `admitTurn`'s.
+   */
+  async admitKeyTurn(
+    db: SqlExecutor,
+    t: {
+      keyHash: string;
+      admit: boolean;
+      rate: { limited: boolean; limit: number; windowSeconds: number };
+      runId: string;
+      messageId: string;
+      sessionId: string;
+      message: string;
+      input: Record<string, unknown>;
+      reject: boolean;
+      claimFor: { owner: string; leaseMs: number } | null;
+    },
+  ): Promise<
+    | (TurnAdmission & {
+        key: { id: string; name: string | null; workspace_id: string; workspace_name: string };
+        balanceMicros: number;
+        hits: number | null;
+        resetIn: number | null;
+      })
+    | undefined
+  > {
+    const w = t.rate.windowSeconds;
+    // The run records the key it was started with (usage records name it).
+    const q = turnAdmissionSql(
+      '(select workspace_id from go)',
+      [],
+      t,
+      `?::jsonb || jsonb_build_object('apiKeyId', (select id from k))`,
+    );
+    const rows = await db.execute<Row[]>(
+      `with async_commit as (select set_config('synchronous_commit', 'off', true) as v), k as (
+         select k.id, k.name, k.workspace_id, w.name as workspace_name, w.credit_balance_micros as balance
+           from ${API_KEY_FROM} cross join async_commit
+          where ${ACTIVE_API_KEY_WHERE}
+       ), touch as (
+         -- Never waits: a key row locked by a concurrent usage write is skipped this time.
+         update api_keys set last_used_at = now()
+          where id in (
+            select a.id from api_keys a join k on k.id = a.id
+             where a.last_used_at is null
+                or a.last_used_at < now() - interval '${LAST_USED_RESOLUTION_SECONDS} seconds'
+               for update of a skip locked)
+       ), rl as (
+         ${rateLimitUpsert(`select ? || k.workspace_id::text, ${RATE_LIMIT_WINDOW_START}, 1 from k where ?::boolean`)}
+       ), go as (
+         select k.workspace_id from k
+          where ?::boolean and k.balance > 0
+            and (not ?::boolean or coalesce((select hits from rl), 0) <= ?::int)
+       ), ${q.ctes}
+       select k.id as key_id, k.name as key_name, k.workspace_id as key_workspace_id,
+         k.workspace_name as key_workspace_name, k.balance, rl.hits, rl.reset_in,
+         (select count(*) from s) as found, (select id from act) as active_run_id,
+         (select row_to_json(a) from apps a join s on a.id = s.app_id where a.app_type = 'agent') as agent,
+         (select row_to_json(run) from run) as run_row
+       from k left join rl on true`,
+      [t.keyHash, 'agent_message:', w, w, t.admit, w, t.admit, t.rate.limited, t.rate.limit, ...q.params],
+    );
+    const r = rows[0];
+    if (!r) return undefined;
+    const parse = (v: unknown) => (typeof v === 'string' ? JSON.parse(v) : v) as Row | null;
+    const run = parse(r.run_row);
+    return {
+      key: {
+        id: r.key_id as string,
+        name: (r.key_name as string | null) ?? null,
+        workspace_id: r.key_workspace_id as string,
+        workspace_name: (r.key_workspace_name as string) ?? '',
+      },
+      balanceMicros: Number(r.balance),
+      hits: r.hits == null ? null : Number(r.hits),
+      resetIn: r.reset_in == null ? null : Number(r.reset_in),
+      missing: Number(r.found) === 0,
+      activeRunId: run ? null : ((r.active_run_id as string) ?? null),
+      run: run ? toRun(run) : null,
+      agent: parse(r.agent),
     };
   },
 
@@ -384,6 +504,75 @@ export const runStore = {
       if (notify) await tx.execute('select pg_notify(?, ?)', [notify.channel, notify.payload]);
       return ev;
     });
+  },
+
+  /**
+   * `finish` for the worker holding the lease, in ONE statement (decision 0021 §10): its
+   * unwritten events (written while `owner` holds the lease, whatever the status), and — when
+   * the run is still live — the status, `last_seq`, the lease released, its pending tool calls
+   * failed, the terminal event after the written ones, and the batch's NOTIFY. One statement is
+   * one transaction: the terminal event commits with everything before it or not at all. When
+   * the run was cancelled meanwhile (the lease kept for us) the events are written and null is
+   * returned (the caller writes `run.cancelled`); null too when the lease is no longer ours.
+   */
+  async finishOwned(
+    db: SqlExecutor,
+    runId: string,
+    owner: string,
+    status: 'completed' | 'failed',
+    payload: Record<string, unknown>,
+    error: string | null,
+    pending: RunEvent[],
+    notify?: { channel: string; payload: string },
+  ): Promise<RunEvent | null> {
+    const live = `r.status in ('pending', 'running')`;
+    const rows = await db.execute<Row[]>(
+      `with ev as (
+         select * from jsonb_to_recordset(?::jsonb) as x(run_id uuid, seq integer, type text, payload jsonb)
+       ), upd as (
+         update runs r set
+           last_seq = greatest(r.last_seq, coalesce((select max(seq) from ev), 0))
+                      + case when ${live} then 1 else 0 end,
+           status = case when ${live} then ?::text else r.status end,
+           error = case when ${live} then ?::text else r.error end,
+           completed_at = case when ${live} then now() else r.completed_at end,
+           lease_owner = case when ${live} then null else r.lease_owner end,
+           lease_expires_at = case when ${live} then null else r.lease_expires_at end,
+           waiting = case when ${live} then false else r.waiting end,
+           updated_at = now()
+         where r.id = ?::uuid and r.lease_owner = ?::text
+         returning r.id, r.last_seq, r.lease_owner is null as ended
+       ), ins as (
+         insert into run_events (run_id, seq, type, payload)
+         select ev.run_id, ev.seq, ev.type, ev.payload from ev join upd on upd.id = ev.run_id
+         returning 1
+       ), tc as (
+         update tool_calls set status = 'failed', error = ?::text, completed_at = now()
+         where run_id in (select id from upd where ended) and status = 'pending'
+         returning 1
+       ), term as (
+         insert into run_events (run_id, seq, type, payload)
+         select upd.id, upd.last_seq, ?::text, ?::jsonb from upd where upd.ended
+         returning run_id, seq, type, payload, created_at
+       )${notify ? ', n as (select pg_notify(?::text, ?::text) as sent from upd)' : ''}
+       select term.*, (select count(*) from ins) as written, (select count(*) from tc) as failed_calls${notify ? ', (select count(*) from n) as notified' : ''}
+         from (select 1) one left join term on true`,
+      [
+        JSON.stringify(
+          pending.map((e) => ({ run_id: e.runId, seq: e.seq, type: e.type, payload: e.payload })),
+        ),
+        status,
+        error,
+        runId,
+        owner,
+        `Run ${status}`,
+        `run.${status}`,
+        JSON.stringify({ runId, ...payload }),
+        ...(notify ? [notify.channel, notify.payload] : []),
+      ],
+    );
+    const r = rows[0];
+    return r && r.seq != null ? toEvent(r) : null;
   },
 
   /**

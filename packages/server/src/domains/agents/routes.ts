@@ -1,5 +1,6 @@
 import type { Request, Response, Router } from 'express';
 import { z } from 'zod';
+import { bearerToken, hashApiKey, isWellFormedApiKey } from '../../auth/api-keys.js';
 import { API_KEY, authenticate } from '../../auth/authenticate.js';
 import type { ServerDeps } from '../../context.js';
 import { AppError, ErrorBodySchema, sendError, toAppError } from '../../http/errors.js';
@@ -8,6 +9,7 @@ import { securityFor } from '../../http/openapi-security.js';
 import type { RawRouteModule } from '../../http/raw-routes.js';
 import { SseWriter } from '../../http/sse.js';
 import type { RunRecord } from '../../runs/index.js';
+import { isUuid } from './config.js';
 import { SendMessageInput } from './schema.js';
 import { type AgentDeps, AgentsService } from './service.js';
 
@@ -35,6 +37,17 @@ async function pipeRun(deps: ServerDeps, req: Request, res: Response, run: RunRe
   void req;
 }
 
+/** A per-turn model override that resolves (none counts). */
+function modelResolves(deps: ServerDeps, model: string | undefined): boolean {
+  if (!model) return true;
+  try {
+    deps.models?.resolve('chat', model);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 const handle =
   (deps: ServerDeps, fn: (req: Request, res: Response, svc: AgentsService) => Promise<void>) =>
   async (req: Request, res: Response) => {
@@ -55,20 +68,53 @@ export const agentRoutes: RawRouteModule = {
   name: 'agents',
   mount(router: Router, deps: ServerDeps) {
     const json = jsonBodyParser('1mb');
-    router.post(
-      '/managed-agents/sessions/:sessionId/messages',
-      ...json,
-      handle(deps, async (req, res, svc) => {
-        if (!req.is('application/json')) throw new AppError(400, 'Invalid request body');
-        const parsed = SendMessageInput.safeParse(req.body ?? {});
-        if (!parsed.success) throw toAppError(parsed.error);
-        const run = await svc.startTurn(String(req.params.sessionId), parsed.data, {
-          requestId: req.requestId ?? '',
-        });
-        for (const [k, v] of Object.entries(svc.rateHeaders)) res.setHeader(k, v);
+    const slow = handle(deps, async (req, res, svc) => {
+      if (!req.is('application/json')) throw new AppError(400, 'Invalid request body');
+      const parsed = SendMessageInput.safeParse(req.body ?? {});
+      if (!parsed.success) throw toAppError(parsed.error);
+      const run = await svc.startTurn(String(req.params.sessionId), parsed.data, {
+        requestId: req.requestId ?? '',
+      });
+      for (const [k, v] of Object.entries(svc.rateHeaders)) res.setHeader(k, v);
+      await pipeRun(deps, req, res, run, 0);
+    });
+    router.post('/managed-agents/sessions/:sessionId/messages', ...json, async (req, res) => {
+      // The hot path (decision 0021 §11): a valid request with an API key is admitted in one
+      // statement on the plain pool. Anything else (another credential, a body or session id
+      // that will be refused, a model override that does not resolve, `interrupt`) takes the
+      // general path, which answers its errors in the documented order.
+      const apiKey = bearerToken(req.headers.authorization);
+      const sessionId = String(req.params.sessionId);
+      const parsed = req.is('application/json') ? SendMessageInput.safeParse(req.body ?? {}) : undefined;
+      const fast =
+        !req.consoleApi &&
+        !req.principal &&
+        apiKey !== undefined &&
+        isWellFormedApiKey(apiKey) &&
+        parsed?.success === true &&
+        parsed.data.concurrency !== 'interrupt' &&
+        isUuid(sessionId) &&
+        modelResolves(deps, parsed.data.model);
+      if (!fast || !parsed?.success) return slow(req, res);
+      try {
+        const { run, headers } = await AgentsService.startKeyTurn(
+          { ...deps, metering: deps.poolMetering },
+          hashApiKey(apiKey),
+          sessionId,
+          parsed.data,
+          { requestId: req.requestId ?? '' },
+          (p) => {
+            req.principal = p;
+          },
+        );
+        for (const [k, v] of Object.entries(headers)) res.setHeader(k, v);
         await pipeRun(deps, req, res, run, 0);
-      }),
-    );
+      } catch (err) {
+        const e = toAppError(err);
+        if (e.status >= 500) deps.log.error({ err }, 'request failed');
+        sendError(res, e);
+      }
+    });
     router.get(
       '/managed-agents/sessions/:sessionId/runs/:runId/stream',
       handle(deps, async (req, res, svc) => {

@@ -1,8 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import type { EntityManager } from '@mikro-orm/postgresql';
-import type { Principal } from '../../auth/principal.js';
+import { apiKeyPrincipal, type Principal } from '../../auth/principal.js';
 import type { ServerDeps } from '../../context.js';
 import { AppError, badRequest, conflict, forbidden, notFound } from '../../http/errors.js';
+import { insufficientCredits, rateLimitHeaders } from '../../metering/service.js';
 import type { Metering } from '../../metering/types.js';
 import type { ModelCatalog } from '../../providers/llm.js';
 import { isUniqueViolation, type RunRecord, runStore } from '../../runs/index.js';
@@ -475,6 +476,61 @@ export class AgentsService {
           await this.deps.runs.bus.publish({ t: 'wake' });
         }
         return admitted.run;
+      } catch (err) {
+        if (attempt < 3 && isUniqueViolation(err)) continue;
+        throw err;
+      }
+    }
+  }
+
+  /**
+   * `startTurn` for an API-key caller in ONE statement on the plain pool (decision 0021 §11):
+   * key, rate limit, credit check and admission (`runStore.admitKeyTurn`). Only for a request
+   * the route found valid (body, session id, model override) and not `interrupt`; the errors
+   * come in `startTurn`'s order: 401, 429, 402, 404, 409.
+   */
+  static async startKeyTurn(
+    deps: AgentDeps & { metering: Metering },
+    keyHash: string,
+    sessionId: string,
+    input: { message: string; model?: string; concurrency: (typeof CONCURRENCY_POLICIES)[number] },
+    ctx: { requestId: string },
+    onPrincipal?: (principal: Principal) => void,
+  ): Promise<{ run: RunRecord; headers: Record<string, string> }> {
+    const rule = deps.metering.settings.rateLimits.agent_message;
+    const limited = !!rule && rule.limit > 0;
+    for (let attempt = 0; ; attempt++) {
+      const runId = randomUUID();
+      try {
+        const admitted = await runStore.admitKeyTurn(deps.db.sql, {
+          keyHash,
+          admit: true,
+          rate: { limited, limit: rule?.limit ?? 0, windowSeconds: rule?.windowSeconds ?? 60 },
+          runId,
+          messageId: randomUUID(),
+          sessionId,
+          message: input.message,
+          input: { message: input.message, model: input.model ?? null, requestId: ctx.requestId },
+          reject: input.concurrency === 'reject',
+          claimFor: deps.runs.claimSlot('turn'),
+        });
+        if (!admitted) throw new AppError(401, 'Invalid API key');
+        onPrincipal?.(apiKeyPrincipal(admitted.key));
+        const headers =
+          limited && rule ? rateLimitHeaders(rule, Number(admitted.hits), Number(admitted.resetIn)) : {};
+        if (admitted.balanceMicros <= 0) throw insufficientCredits();
+        if (admitted.missing) throw notFound(SESSION_NOT_FOUND);
+        if (!admitted.run) {
+          throw conflict('A turn is already running in this session', 'TURN_IN_PROGRESS', {
+            runId: admitted.activeRunId as string,
+          });
+        }
+        if (admitted.run.status === 'running') {
+          deps.runs.startClaimed(admitted.run, { agent: admitted.agent });
+        } else {
+          await deps.runs.bus.publish({ t: 'wake' });
+        }
+        return { run: admitted.run, headers };
       } catch (err) {
         if (attempt < 3 && isUniqueViolation(err)) continue;
         throw err;
