@@ -89,6 +89,7 @@ export class RunEngine {
     this.turnConcurrency = this.concurrency === 0 ? 0 : (opts.turnConcurrency ?? 256);
     this.writer = new EventWriter({
       em: opts.em,
+      sql: opts.sql,
       log: opts.log,
       owner: this.workerId,
       flushMs: opts.eventFlushMs ?? 40,

@@ -1,5 +1,6 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
 import type { Logger } from 'pino';
+import type { SqlExecutor } from '../db/sql.js';
 import type { BusMessage } from './bus.js';
 import { runStore } from './store.js';
 import type { RunEvent, RunStatus } from './types.js';
@@ -134,6 +135,8 @@ export class LiveLog {
 
 export interface EventWriterOptions {
   em: () => EntityManager;
+  /** The plain pool: batches are written there when given (decision 0021 §10). */
+  sql?: SqlExecutor;
   log: Logger;
   owner: string;
   /** Longest time an event waits before its batch is written (ms). */
@@ -204,7 +207,7 @@ export class EventWriter {
     const runIds = batch.map((b) => b.log.runId);
     try {
       const statuses = await runStore.writeEvents(
-        this.opts.em(),
+        this.opts.sql ?? this.opts.em(),
         this.opts.owner,
         events,
         this.opts.notification({ t: 'events', runIds }),
@@ -232,7 +235,7 @@ export class EventWriter {
     if (evs.length === 0) return;
     try {
       const statuses = await runStore.writeEvents(
-        this.opts.em(),
+        this.opts.sql ?? this.opts.em(),
         this.opts.owner,
         evs,
         this.opts.notification({ t: 'events', runIds: [log.runId] }),

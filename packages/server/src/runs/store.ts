@@ -1,11 +1,15 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { ACTIVE_API_KEY_WHERE, API_KEY_FROM, LAST_USED_RESOLUTION_SECONDS } from '../auth/api-keys.js';
-import type { SqlExecutor } from '../db/sql.js';
+import { emExecutor, type SqlExecutor } from '../db/sql.js';
 import { RATE_LIMIT_WINDOW_START, rateLimitUpsert } from '../metering/service.js';
 import type { RunEvent, RunKind, RunRecord, RunStatus, ToolCallRecord } from './types.js';
 
 type Row = Record<string, unknown>;
+
+/** The ORM's entity manager (its transaction, if any) or the plain pool. */
+const executor = (db: EntityManager | SqlExecutor): SqlExecutor =>
+  'getConnection' in db ? emExecutor(db) : db;
 
 const ms = (n: number) => `${Math.max(0, Math.trunc(n))} milliseconds`;
 
@@ -415,13 +419,13 @@ export const runStore = {
    * lease `owner` no longer holds are not written. Returns the status of every run written.
    */
   async writeEvents(
-    em: EntityManager,
+    em: EntityManager | SqlExecutor,
     owner: string,
     events: RunEvent[],
     notify?: { channel: string; payload: string },
   ): Promise<Map<string, RunStatus>> {
     if (events.length === 0) return new Map();
-    const rows = await em.execute<Row[]>(
+    const rows = await executor(em).execute<Row[]>(
       `with ev as (
          select * from jsonb_to_recordset(?::jsonb) as x(run_id uuid, seq integer, type text, payload jsonb)
        ), mx as (

@@ -115,7 +115,7 @@ export class TurnExecutor implements RunExecutor {
             ? JSON.stringify(c.result ?? null)
             : JSON.stringify({ error: c?.error ?? 'Tool call failed' });
         state.messages.push({ role: 'tool', toolCallId: p.modelCallId, content });
-        await this.saveMessage(em, run, 'tool', content, {
+        await this.saveMessage(run, 'tool', content, {
           toolCallId: p.id,
           name: p.name,
           arguments: c?.arguments ?? {},
@@ -158,7 +158,7 @@ export class TurnExecutor implements RunExecutor {
           return this.fail(exec, err);
         }
         if (reply.text) {
-          const messageId = await this.saveMessage(em, run, 'assistant', reply.text, {});
+          const messageId = await this.saveMessage(run, 'assistant', reply.text, {});
           await exec.emit('message.completed', { runId: run.id, messageId, content: reply.text });
         }
         if (reply.toolCalls.length === 0) {
@@ -328,11 +328,10 @@ export class TurnExecutor implements RunExecutor {
     });
     const content = JSON.stringify('result' in outcome ? (outcome.result ?? null) : { error: outcome.error });
     state.messages.push({ role: 'tool', toolCallId: call.id, content });
-    await this.saveMessage(em, run, 'tool', content, { toolCallId, name: call.name, arguments: args });
+    await this.saveMessage(run, 'tool', content, { toolCallId, name: call.name, arguments: args });
   }
 
   private async saveMessage(
-    em: EntityManager,
     run: RunExecution['run'],
     role: 'assistant' | 'tool',
     content: string,
@@ -340,7 +339,8 @@ export class TurnExecutor implements RunExecutor {
   ): Promise<string> {
     const id = randomUUID();
     if (!run.sessionId) return id;
-    await em.execute(
+    // On the plain pool (off the ORM): one autocommitted statement either way (decision 0021 §10).
+    await this.deps.db.sql.execute(
       `with m as (
          insert into session_messages (id, workspace_id, session_id, run_id, role, content, metadata)
          values (?, ?, ?, ?, ?, ?, ?::jsonb) returning session_id)
