@@ -250,6 +250,94 @@ describe('OpenAI-compatible provider against the fake upstream', () => {
   });
 });
 
+describe('a keep-alive connection the upstream closed as the request was written on it', () => {
+  // The upstream below answers the first request of every connection and drops the connection
+  // (no answer) on the second: what a client sees when the server's idle timeout closes a
+  // kept-alive connection just as the client sends on it. The request is sent again on a new
+  // connection, even with maxRetries 0; before, it failed with "AI service is temporarily
+  // unavailable" (seen in bench/streaming under load).
+  let server: http.Server;
+  let url: string;
+  let connections = 0;
+  let dropped = 0;
+  beforeAll(async () => {
+    const served = new WeakMap<object, number>();
+    server = http.createServer((req, res) => {
+      const n = (served.get(req.socket) ?? 0) + 1;
+      served.set(req.socket, n);
+      req.resume();
+      req.on('end', () => {
+        if (n === 2) {
+          dropped++;
+          req.socket.destroy();
+          return;
+        }
+        if (req.url?.endsWith('/embeddings')) {
+          res.setHeader('content-type', 'application/json');
+          res.end(
+            JSON.stringify({
+              object: 'list',
+              model: 'fake-embed',
+              data: [{ object: 'embedding', index: 0, embedding: [0.5, 0.5] }],
+              usage: { prompt_tokens: 1, total_tokens: 1 },
+            }),
+          );
+          return;
+        }
+        res.setHeader('content-type', 'text/event-stream');
+        res.end(
+          `data: ${JSON.stringify({ choices: [{ index: 0, delta: { content: 'hello' } }] })}\n\ndata: [DONE]\n\n`,
+        );
+      });
+    });
+    // Never closed for idleness during the test, however slow the machine.
+    server.keepAliveTimeout = 600_000;
+    server.on('connection', () => connections++);
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    url = `http://127.0.0.1:${(server.address() as net.AddressInfo).port}/v1`;
+  });
+  afterAll(() => new Promise<void>((r) => server.close(() => r())));
+
+  it('streams: the second request is sent again on a new connection', async () => {
+    const cat = loadModelCatalog({ ...fakeOpenAIEnv({ url }) });
+    const provider = new OpenAiLlmProvider(cat, {
+      maxRetries: 0,
+      timeoutMs: 5_000,
+      fetch: createHttpFetch(),
+    });
+    const text = async () =>
+      (
+        await collect(
+          provider.stream({ model: cat.resolve('chat'), messages: [{ role: 'user', content: 'hi' }] }),
+        )
+      )
+        .filter((p) => p.type === 'text')
+        .map((p) => (p as { text: string }).text)
+        .join('');
+    const before = { connections, dropped };
+    expect(await text()).toBe('hello');
+    expect(await text()).toBe('hello');
+    expect(dropped - before.dropped).toBe(1);
+    expect(connections - before.connections).toBe(2);
+  });
+
+  it('non-streamed calls through the SDK (embeddings) too', async () => {
+    const cat = loadModelCatalog({ ...fakeOpenAIEnv({ url }) });
+    const provider = new OpenAiLlmProvider(cat, {
+      maxRetries: 0,
+      timeoutMs: 5_000,
+      fetch: createHttpFetch(),
+    });
+    const before = { connections, dropped };
+    const a = await provider.embed(cat.resolve('embedding'), ['x']);
+    const b = await provider.embed(cat.resolve('embedding'), ['y']);
+    expect(a.vectors).toEqual([[0.5, 0.5]]);
+    expect(b.vectors).toEqual([[0.5, 0.5]]);
+    expect(dropped - before.dropped).toBe(1);
+    expect(connections - before.connections).toBe(2);
+  });
+});
+
 describe('model catalog configuration', () => {
   it('has no model without configuration: 503 No AI model configured', () => {
     const empty = loadModelCatalog({});

@@ -115,11 +115,33 @@ function send(opts: SsePostOptions): Promise<{ req: http.ClientRequest; res: Inc
     });
     req.once('error', (err) => {
       settle();
-      reject(err);
+      reject(req.reusedSocket && isStaleSocketError(err) ? new StaleSocketError(err) : err);
     });
     req.end(opts.body);
   });
 }
+
+/**
+ * A keep-alive connection the upstream closed (its idle timeout) just as a request was written
+ * on it: the request failed before any response and was never processed, so it is sent again
+ * on a new connection at once, whatever `maxRetries` says (Node's documented use of
+ * `request.reusedSocket`). Under load this race showed as `AI service is temporarily
+ * unavailable` (bench/streaming, decision 0021).
+ */
+export class StaleSocketError extends Error {
+  override readonly name = 'StaleSocketError';
+  readonly code: string | undefined;
+  constructor(readonly original: Error) {
+    super(original.message);
+    this.code = (original as { code?: string }).code;
+  }
+}
+export const isStaleSocketError = (err: unknown) => {
+  const code = (err as { code?: string } | undefined)?.code;
+  return code === 'ECONNRESET' || code === 'EPIPE';
+};
+/** How many times in a row a request is re-sent after a stale keep-alive connection. */
+const STALE_RETRIES = 3;
 
 const RETRYABLE = (status: number) => status === 408 || status === 409 || status === 429 || status >= 500;
 
@@ -162,6 +184,7 @@ export async function postEventStream(
   onRead?: () => void,
 ): Promise<void> {
   let attempt = 0;
+  let stale = 0;
   let res: IncomingMessage;
   let req: http.ClientRequest;
   for (;;) {
@@ -170,6 +193,8 @@ export async function postEventStream(
       ({ req, res } = await send(opts));
     } catch (err) {
       if (opts.signal?.aborted) throw abortError(opts.signal);
+      if (err instanceof StaleSocketError && stale++ < STALE_RETRIES) continue;
+      if (err instanceof StaleSocketError) throw err.original;
       if (attempt >= opts.maxRetries) throw err;
       await sleep(retryDelayMs(attempt++), opts.signal);
       continue;
