@@ -46,9 +46,12 @@ import { PDFDocument, StandardFonts } from 'pdf-lib';
 import pg from 'pg';
 // The service itself (not part of the server's public exports): its retrieval stages are timed.
 import {
+  FULL_TEXT_STATS_SQL,
   fuse,
   HNSW_EF_SEARCH,
+  planFullText,
   RagService,
+  rankFullTextSql,
   STAGE_CANDIDATES,
 } from '../../../packages/server/src/domains/rag/service.js';
 
@@ -319,8 +322,33 @@ async function ingest(ctx: Ctx) {
 
 // ---------- retrieval ----------
 
-/** The full-text statement of `RagService.fullTextStage`, copied (the bare baseline). */
-const FTS_SQL = `with q as (select (select string_agg('''' || replace(replace(l, '\\', '\\\\'), '''', '''''') || '''', ' | ')
+/** `?` placeholders as `$1`, `$2`… */
+const numbered = (sql: string) => {
+  let i = 0;
+  return sql.replace(/\?/g, () => `$${++i}`);
+};
+
+/**
+ * The full-text stage's two statements bare (decision 0033): the question's lexeme
+ * frequencies, then the ranking of the candidates the plan selects (same SQL as the service).
+ */
+async function bareFullText(c: Bare, text: string, workspaceId: string) {
+  const stats = await c.query<{ lexeme: string; df: number | null; n: number | null }>(
+    numbered(FULL_TEXT_STATS_SQL),
+    [text, workspaceId, workspaceId],
+  );
+  const plan = planFullText(
+    stats.rows.map((r) => ({ lexeme: r.lexeme, df: Number(r.df ?? 0) })),
+    Number(stats.rows[0]?.n ?? 0),
+  );
+  const ranked = rankFullTextSql(workspaceId, plan, STAGE_CANDIDATES);
+  return ranked
+    ? (await c.query<{ id: string; score: number }>(numbered(ranked.sql), ranked.params)).rows
+    : [];
+}
+
+/** The full-text statement before decision 0033 (`ts_rank_cd` over every match), for comparison. */
+const FTS_TSRANK_SQL = `with q as (select (select string_agg('''' || replace(replace(l, '\\', '\\\\'), '''', '''''') || '''', ' | ')
   from unnest(tsvector_to_array(to_tsvector('english'::regconfig, $1))) as l)::tsquery as q)
   select c.id::text as id, ts_rank_cd(c.tsv, q.q) as score
   from rag_chunks c, q
@@ -450,7 +478,7 @@ async function retrieval(ctx: Ctx) {
     // Warm-up: caches, plans, the JIT.
     for (const q of queries.slice(0, 10)) {
       await service(q);
-      await c.query(FTS_SQL, [q.text, ws.workspaceId, STAGE_CANDIDATES]);
+      await bareFullText(c, q.text, ws.workspaceId);
       await bareVector(q.vec);
     }
     const svcMs: number[] = [];
@@ -463,7 +491,7 @@ async function retrieval(ctx: Ctx) {
       const { vec } = await service(q);
       svcMs.push(performance.now() - t1);
       const t2 = performance.now();
-      await c.query(FTS_SQL, [q.text, ws.workspaceId, STAGE_CANDIDATES]);
+      await bareFullText(c, q.text, ws.workspaceId);
       const t3 = performance.now();
       await bareVector(q.vec);
       const t4 = performance.now();
@@ -605,7 +633,18 @@ async function quality(ctx: Ctx) {
       )
     ).rows.map((r) => [r.id, `${r.doc}#${r.page}`]),
   );
-  const hits = { hit1: 0, hit5: 0, hit5Default: 0, answered: 0, fts: 0, vec: 0, cov: 0, covFused: 0 };
+  const hits = {
+    hit1: 0,
+    hit5: 0,
+    hit5Default: 0,
+    answered: 0,
+    fts: 0,
+    ftsOld: 0,
+    vec: 0,
+    cov: 0,
+    covFused: 0,
+    oldFused: 0,
+  };
   const top5 = (ids: { id: string }[], f: { doc: string; page: number }) =>
     ids.slice(0, 5).some((r) => where.get(r.id) === `${f.doc}#${f.page}`);
   for (const f of facts) {
@@ -630,7 +669,16 @@ async function quality(ctx: Ctx) {
         STAGE_CANDIDATES,
       ])
     ).rows.map((r) => ({ id: r.id, score: Number(r.score) }));
+    const old = (
+      await bare.query<{ id: string; score: number }>(FTS_TSRANK_SQL, [
+        f.question,
+        ws.workspaceId,
+        STAGE_CANDIDATES,
+      ])
+    ).rows.map((r) => ({ id: r.id, score: Number(r.score) }));
     if (top5(fts, f)) hits.fts++;
+    if (top5(old, f)) hits.ftsOld++;
+    if (top5(fuse(old, vec), f)) hits.oldFused++;
     if (vec && top5(vec, f)) hits.vec++;
     if (top5(cov, f)) hits.cov++;
     if (top5(fuse(cov, vec), f)) hits.covFused++;
@@ -641,10 +689,18 @@ async function quality(ctx: Ctx) {
   log('| questions | hit@1 | hit@5 | right page among the sources at the default 0.7 | answered at 0.7 |');
   log('| --------- | ----- | ----- | ----------------------------------------------- | --------------- |');
   log(`| ${n} | ${r(hits.hit1)} | ${r(hits.hit5)} | ${r(hits.hit5Default)} | ${r(hits.answered)} |`);
-  log("\nhit@5 of each stage alone, and of a coverage-first full-text ranking (not the service's):\n");
-  log('| full text | vector | full text, coverage first | coverage first, fused with the vector stage |');
-  log('| --------- | ------ | ------------------------- | ------------------------------------------- |');
-  log(`| ${r(hits.fts)} | ${r(hits.vec)} | ${r(hits.cov)} | ${r(hits.covFused)} |`);
+  log(
+    "\nhit@5 of each stage alone (full text: the service's idf ranking, decision 0033), and of two other full-text rankings alone and fused with the same vector stage:\n",
+  );
+  log(
+    '| full text (idf) | vector | ts_rank_cd (before 0033) | ts_rank_cd + vector | coverage first | coverage first + vector |',
+  );
+  log(
+    '| --------------- | ------ | ------------------------ | ------------------- | -------------- | ----------------------- |',
+  );
+  log(
+    `| ${r(hits.fts)} | ${r(hits.vec)} | ${r(hits.ftsOld)} | ${r(hits.oldFused)} | ${r(hits.cov)} | ${r(hits.covFused)} |`,
+  );
 }
 
 // ---------- main ----------

@@ -1,6 +1,7 @@
 import type { MigrationObject } from '@mikro-orm/core';
 import { Migration202611250100_user_identities } from './Migration202611250100_user_identities.js';
 import { Migration202611250300_rag_index_runs } from './Migration202611250300_rag_index_runs.js';
+import { Migration202611260100_rag_lexeme_df } from './Migration202611260100_rag_lexeme_df.js';
 import { Migration202611260200_rag_vector_index } from './Migration202611260200_rag_vector_index.js';
 import { Migration20261121000000_foundation } from './Migration20261121000000_foundation.js';
 import { Migration20261121010000_metering } from './Migration20261121010000_metering.js';
@@ -46,4 +47,5 @@ export const migrationsList: MigrationObject[] = [
   { name: 'Migration202611250100_user_identities', class: Migration202611250100_user_identities },
   { name: 'Migration202611250300_rag_index_runs', class: Migration202611250300_rag_index_runs },
   { name: 'Migration202611260200_rag_vector_index', class: Migration202611260200_rag_vector_index },
+  { name: 'Migration202611260100_rag_lexeme_df', class: Migration202611260100_rag_lexeme_df },
 ];

@@ -68,9 +68,82 @@ function unit(v: number[]): number[] {
   return v.map((x) => x / n);
 }
 
-/** The `tsquery` of a question: its lexemes OR-ed (any shared word is a candidate; ranking sorts). */
-const QUERY_TSQUERY = `(select string_agg('''' || replace(replace(l, '\\', '\\\\'), '''', '''''') || '''', ' | ')
-  from unnest(tsvector_to_array(to_tsvector('english'::regconfig, ?))) as l)::tsquery`;
+/** One lexeme as a `tsquery` literal (quoted: the lexeme is taken as is, no dictionary). */
+const tsLexeme = (l: string) => `'${l.replace(/\\/g, '\\\\').replace(/'/g, "''")}'`;
+
+/**
+ * Full-text candidates (decision 0033): the chunks containing the question's rarest lexemes,
+ * taken in ascending document frequency while their frequencies add up to at most this many
+ * (always at least the rarest one). Bounds the rows the stage reads and ranks, whatever the
+ * workspace's size.
+ */
+export const FTS_CANDIDATE_BUDGET = 2000;
+/** At most this many chunks are ranked (when even the rarest lexeme is in more chunks). */
+export const FTS_CANDIDATE_CAP = 2000;
+
+/** BM25's inverse document frequency (with +1, never negative): ln(1 + (N − df + 0.5) / (df + 0.5)). */
+export const idf = (n: number, df: number) => Math.log(1 + (n - df + 0.5) / (df + 0.5));
+
+export interface FullTextPlan {
+  /** The question's lexemes found in the workspace, rarest first, with their weights. */
+  terms: { lexeme: string; df: number; idf: number }[];
+  /** Chunks in the workspace. */
+  chunks: number;
+  /** Lexemes whose chunks are the candidates (a prefix of `terms`). */
+  candidateTerms: number;
+  /** Also the chunks containing every lexeme (the question has only common words). */
+  conjunction: boolean;
+}
+
+/** Which lexemes select the candidates: rarest first, within `FTS_CANDIDATE_BUDGET`. */
+export function planFullText(terms: { lexeme: string; df: number }[], chunks: number): FullTextPlan {
+  const sorted = terms
+    .filter((t) => t.df > 0)
+    .sort((a, b) => a.df - b.df || (a.lexeme < b.lexeme ? -1 : a.lexeme > b.lexeme ? 1 : 0))
+    .map((t) => ({ ...t, idf: idf(chunks, t.df) }));
+  let sum = 0;
+  let k = 0;
+  while (k < sorted.length && sum + (sorted[k]?.df ?? 0) <= FTS_CANDIDATE_BUDGET) sum += sorted[k++]?.df ?? 0;
+  const conjunction = k === 0 && sorted.length > 1;
+  return { terms: sorted, chunks, candidateTerms: Math.max(k, Math.min(1, sorted.length)), conjunction };
+}
+
+/** The question's lexemes with their document frequency, and the workspace's chunk count (`''`). */
+export const FULL_TEXT_STATS_SQL = `select q.l as lexeme, d.df, n.df as n
+  from unnest(tsvector_to_array(to_tsvector('english'::regconfig, ?))) as q(l)
+  left join rag_lexeme_df d on d.workspace_id = ? and d.lexeme = q.l
+  left join rag_lexeme_df n on n.workspace_id = ? and n.lexeme = ''`;
+
+/**
+ * The ranking statement of the full-text stage for a plan (`?` placeholders), undefined when
+ * no lexeme of the question occurs in the workspace. A chunk's score is the sum of the idf of
+ * the distinct question lexemes it contains; ties go to `ts_rank_cd`, then the id.
+ */
+export function rankFullTextSql(
+  workspaceId: string,
+  plan: FullTextPlan,
+  limit: number,
+): { sql: string; params: unknown[] } | undefined {
+  const { terms } = plan;
+  if (terms.length === 0) return undefined;
+  const any = (ts: typeof terms) => ts.map((t) => tsLexeme(t.lexeme)).join(' | ');
+  const subset = `(select id from rag_chunks where workspace_id = ? and tsv @@ ?::tsquery limit ${FTS_CANDIDATE_CAP})`;
+  const candidates = [subset];
+  const params: unknown[] = [workspaceId, any(terms.slice(0, plan.candidateTerms))];
+  if (plan.conjunction) {
+    candidates.unshift(subset);
+    params.unshift(workspaceId, terms.map((t) => tsLexeme(t.lexeme)).join(' & '));
+  }
+  const weights = terms.map(() => '(case when c.tsv @@ ?::tsquery then ?::float8 else 0 end)').join(' + ');
+  return {
+    sql: `select c.id::text as id, ${weights} as score, ts_rank_cd(c.tsv, ?::tsquery) as rank
+      from rag_chunks c
+      where c.id in (${candidates.join(' union ')})
+      order by score desc, rank desc, c.id
+      limit ?`,
+    params: [...terms.flatMap((t) => [tsLexeme(t.lexeme), t.idf]), any(terms), ...params, limit],
+  };
+}
 
 export interface DocumentDto {
   id: string;
@@ -558,16 +631,25 @@ export class RagService {
 
   // ---------- retrieval ----------
 
+  /**
+   * Full-text stage (decision 0033). The question's lexemes are weighted by rarity in the
+   * workspace (BM25's idf, from `rag_lexeme_df`); a chunk scores the sum of the weights of the
+   * distinct question lexemes it contains, ties broken by `ts_rank_cd` (proximity and
+   * frequency). Only chunks containing the rarest lexemes are candidates (`planFullText`), at
+   * most `FTS_CANDIDATE_CAP`: the cost is bounded by the budget, not by the workspace's size.
+   */
   async fullTextStage(workspaceId: string, query: string, limit = STAGE_CANDIDATES) {
-    const rows = await this.em.execute<{ id: string; score: number }[]>(
-      `with q as (select ${QUERY_TSQUERY} as q)
-       select c.id::text as id, ts_rank_cd(c.tsv, q.q) as score
-       from rag_chunks c, q
-       where q.q is not null and c.workspace_id = ? and c.tsv @@ q.q
-       order by score desc, c.id
-       limit ?`,
-      [query, workspaceId, limit],
+    const stats = await this.em.execute<{ lexeme: string; df: number | null; n: number | null }[]>(
+      FULL_TEXT_STATS_SQL,
+      [query, workspaceId, workspaceId],
     );
+    const plan = planFullText(
+      stats.map((r) => ({ lexeme: r.lexeme, df: Number(r.df ?? 0) })),
+      Number(stats[0]?.n ?? 0),
+    );
+    const ranked = rankFullTextSql(workspaceId, plan, limit);
+    if (!ranked) return [];
+    const rows = await this.em.execute<{ id: string; score: number }[]>(ranked.sql, ranked.params);
     return rows.map((r) => ({ id: r.id, score: Number(r.score) }));
   }
 
@@ -765,8 +847,10 @@ export class RagService {
           this.fullTextStage(workspaceId, retrievalText),
           vector ? this.vectorStage(workspaceId, vector) : Promise.resolve(undefined),
         ]);
+        // The threshold applies to the score as the answer shows it (rounded to 4 digits), so a
+        // source shown with relevance_score x is kept at confidence_threshold x and dropped above.
         const fused = fuse(fts, vec)
-          .filter((c) => c.relevance >= threshold)
+          .filter((c) => round(c.relevance) >= threshold)
           .slice(0, maxSources);
         sources = await this.loadSources(fused, input.query, includeMetadata);
         retrievalMs = performance.now() - t0;
