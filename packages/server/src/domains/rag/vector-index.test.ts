@@ -1,13 +1,20 @@
+import { once } from 'node:events';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { Readable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
+  createTestSession,
   createTestWorkspace,
   type FakeOpenAI,
+  fakeOpenAIEnv,
   startTestServer,
   startTestServerWithFakeModel,
   type TestServer,
   type TestWorkspace,
 } from '../../test/harness.js';
+import { spawnServerProcess } from '../../test/spawn.js';
 import { RagService } from './service.js';
 import { VectorIndex } from './vector-index.js';
 
@@ -235,4 +242,75 @@ describe('in-process vector index', () => {
       await small.close();
     }
   });
+
+  it.skipIf(!process.env.DATABASE_URL)(
+    'a second server process on the same PostgreSQL database sees a chunk added and a document deleted at its next query',
+    async () => {
+      const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'aisuite-vector-node-'));
+      const child = spawnServerProcess({
+        ...fakeOpenAIEnv(ts.fake),
+        DATABASE_URL: ts.db.databaseUrl,
+        DATA_DIR: dataDir,
+        PORT: '0',
+        HOST: '127.0.0.1',
+        LOG_LEVEL: 'info',
+        RAG_VECTOR_INDEX: 'memory',
+      });
+      let out = '';
+      child.stdout?.on('data', (d) => {
+        out += d.toString();
+      });
+      try {
+        await expect
+          .poll(
+            () => /"url":"(http:\/\/[^"]+)"/.exec(out)?.[1] ?? (child.exitCode !== null ? out : undefined),
+            {
+              timeout: 120_000,
+              interval: 200,
+            },
+          )
+          .toMatch(/^http:\/\//);
+        const url = /"url":"(http:\/\/[^"]+)"/.exec(out)?.[1];
+        const session = await createTestSession(ts, ws);
+        const ask = async () => {
+          const res = await fetch(`${url}/api/v1/rag/query`, {
+            method: 'POST',
+            headers: { authorization: `Bearer ${session.token}`, 'content-type': 'application/json' },
+            body: JSON.stringify({
+              query: 'yodel xylophone walrus',
+              workspace_id: ws.workspaceId,
+              options: { confidence_threshold: 0, max_sources: 50, include_metadata: true },
+            }),
+          });
+          expect(res.status).toBe(200);
+          const body = (await res.json()) as {
+            result: { sources: { document: string; metadata?: { vector_rank: number | null } }[] };
+          };
+          return body.result.sources;
+        };
+        // The child loads the workspace's vectors at its first query.
+        expect((await ask()).some((s) => s.document === 'walrus.txt')).toBe(false);
+
+        // Added on this node: the child's next query finds it, first by vector.
+        const docId = await addDocument(
+          rag,
+          ws.workspaceId,
+          'walrus.txt',
+          'The yodel xylophone walrus sang. A yodel, a xylophone and a walrus.',
+        );
+        const found = (await ask()).find((s) => s.document === 'walrus.txt');
+        expect(found?.metadata?.vector_rank).toBe(1);
+
+        // Deleted on this node: gone from the child's next answer.
+        await rag.deleteDocument(ws.workspaceId, docId);
+        expect((await ask()).some((s) => s.document === 'walrus.txt')).toBe(false);
+      } finally {
+        const exited = once(child, 'exit');
+        child.kill('SIGTERM');
+        await exited;
+        fs.rmSync(dataDir, { recursive: true, force: true });
+      }
+    },
+    240_000,
+  );
 });

@@ -50,6 +50,8 @@ export interface VectorIndexStats {
   fullLoads: number;
   incrementalLoads: number;
   evictions: number;
+  /** The longest synchronous scoring slice so far (ms): how long a search held the event loop. */
+  longestSliceMs: number;
 }
 
 interface ChunkRow {
@@ -102,7 +104,7 @@ export class VectorIndex {
   private readonly loading = new Map<string, Promise<Entry | null | undefined>>();
   /** Workspaces found larger than the budget at their last load, with the epoch/generation seen. */
   private readonly oversized = new Map<string, string>();
-  private stats = { fullLoads: 0, incrementalLoads: 0, evictions: 0 };
+  private stats = { fullLoads: 0, incrementalLoads: 0, evictions: 0, longestSliceMs: 0 };
 
   constructor(
     private readonly em: () => EntityManager,
@@ -131,7 +133,7 @@ export class VectorIndex {
     if (entry === null) return [];
     const block = entry.blocks.get(q.length);
     if (!block || block.n === 0 || limit <= 0) return [];
-    return topK(block, Float32Array.from(q), limit);
+    return topK(block, Float32Array.from(q), limit, this.stats);
   }
 
   /** The workspace's entry, brought up to date with the database; null = no index row. */
@@ -289,7 +291,12 @@ export class VectorIndex {
  * Exact top `limit` by dot product, ties by ascending id (as the SQL scan orders them), scored
  * `SCORE_SLICE` chunks at a time with a yield to the event loop between slices.
  */
-async function topK(block: Block, q: Float32Array, limit: number): Promise<VectorHit[]> {
+async function topK(
+  block: Block,
+  q: Float32Array,
+  limit: number,
+  stats: { longestSliceMs: number },
+): Promise<VectorHit[]> {
   const { dims, ids, vecs, n } = block;
   const k = Math.min(limit, n);
   // The best k so far, sorted worst first: a new score enters when it beats best[0].
@@ -300,6 +307,7 @@ async function topK(block: Block, q: Float32Array, limit: number): Promise<Vecto
   for (let start = 0; start < n; start += SCORE_SLICE) {
     if (start > 0) await yieldToLoop();
     const end = Math.min(n, start + SCORE_SLICE);
+    const t0 = performance.now();
     for (let c = start; c < end; c++) {
       const off = c * dims;
       let s = 0;
@@ -324,6 +332,7 @@ async function topK(block: Block, q: Float32Array, limit: number): Promise<Vecto
       scores[j] = s;
       which[j] = id;
     }
+    stats.longestSliceMs = Math.max(stats.longestSliceMs, performance.now() - t0);
   }
   const out: VectorHit[] = [];
   for (let j = k - 1; j >= 0; j--) {
