@@ -351,7 +351,19 @@ describe('the /chat token quota under a burst', { timeout: 120_000 }, () => {
       expect(res.status).toBe(200);
       await res.text();
     }
-    await new Promise((r) => setTimeout(r, 100)); // batched usage records
+    // The usage records are written in batches, after the responses: wait for the three.
+    await expect
+      .poll(
+        async () =>
+          (
+            await sql('select 1 from usage_records where workspace_id = ? and endpoint = ?', [
+              rich.workspaceId,
+              '/chat',
+            ])
+          ).length,
+        { timeout: 30_000 },
+      )
+      .toBeGreaterThanOrEqual(3);
     const [one] = await sql<{ t: string }>(
       `select max(input_tokens + output_tokens) as t from usage_records where workspace_id = ? and endpoint = '/chat'`,
       [rich.workspaceId],
@@ -374,17 +386,23 @@ describe('the /chat token quota under a burst', { timeout: 120_000 }, () => {
     // Refused up front: only the admitted ones reached the model.
     expect(ts.fake.requests.length - before).toBe(ok.length);
     expect(ok.length).toBeGreaterThanOrEqual(3);
-    await new Promise((r) => setTimeout(r, 100));
+    // Every reservation is released with its usage record (written in batches, after the
+    // responses): wait for them, then what was used.
+    await expect
+      .poll(
+        async () =>
+          (await sql('select 1 from token_reservations where workspace_id = ?', [ws.workspaceId])).length,
+        {
+          timeout: 30_000,
+        },
+      )
+      .toBe(0);
     const [u] = await sql<{ tokens: string; reserved: string }>(
       'select tokens, reserved from workspace_token_usage where workspace_id = ?',
       [ws.workspaceId],
     );
-    expect(Number(u?.tokens)).toBeLessThanOrEqual(quota + perRequest);
-    // Every reservation was released with its usage record.
     expect(Number(u?.reserved)).toBe(0);
-    expect(
-      await sql('select 1 from token_reservations where workspace_id = ?', [ws.workspaceId]),
-    ).toHaveLength(0);
+    expect(Number(u?.tokens)).toBeLessThanOrEqual(quota + perRequest);
     // The next request is refused.
     const next = await chat(ws.apiKey);
     expect(next.status).toBe(403);
