@@ -1,54 +1,51 @@
 /**
- * Child process of `startEmbeddedPostgres`: creates a fresh embedded data directory. initdb
- * grows PGlite's WebAssembly memory to several hundred megabytes, which a WebAssembly memory
- * never gives back; in a process of its own, that memory goes back to the system when the
- * process exits (docs/decisions/0019-lean-embedded-database.md).
+ * Child process of `startEmbeddedPostgres`: creates a fresh embedded data directory, initdb and
+ * every migration applied. initdb grows PGlite's WebAssembly memory to several hundred
+ * megabytes, which a WebAssembly memory never gives back; in a process of its own, that memory
+ * goes back to the system when the process exits (docs/decisions/0019-lean-embedded-database.md).
+ * With an image path, the result is also cached there (`embedded-image.ts`), so the next fresh
+ * data directory is extracted from it instead of running this again.
  *
- * Usage: node embedded-initdb.js <pgdata directory>
+ * Usage: node embedded-initdb.js <pgdata directory> [<image file>]
+ *        node embedded-initdb.js --image   (`pnpm build`: makes the default image ahead of the
+ *                                          first start, unless it exists)
  */
 import fs from 'node:fs';
-import path from 'node:path';
 import { Readable } from 'node:stream';
-import { pipeline } from 'node:stream/promises';
-import { PGlite } from '@electric-sql/pglite';
-import tar from 'tar-stream';
-import { PRIVATE_DIR_MODE, PRIVATE_FILE_MODE } from '../data-dir.js';
-import { EMBEDDED_START_PARAMS } from './embedded-settings.js';
+import { startEmbeddedPostgres } from './embedded.js';
+import {
+  defaultImageDir,
+  embeddedImageKey,
+  embeddedImagePath,
+  extractDataDirTar,
+  writeImage,
+} from './embedded-image.js';
+import { EMBEDDED_EXTENSIONS } from './extensions.js';
+import { openDatabase } from './orm.js';
 
-const target = process.argv[2];
-if (!target) {
-  process.stderr.write('usage: embedded-initdb <pgdata directory>\n');
+const imageOnly = process.argv[2] === '--image';
+const target = imageOnly ? undefined : process.argv[2];
+const image = imageOnly ? embeddedImagePath(defaultImageDir(), await embeddedImageKey()) : process.argv[3];
+if (!imageOnly && !target) {
+  process.stderr.write('usage: embedded-initdb <pgdata directory> [<image file>] | --image\n');
   process.exit(2);
 }
+if (imageOnly && image && fs.existsSync(image)) process.exit(0);
 
-// initdb in memory, then the files written straight to disk: PGlite's own path writes them
-// one by one through its emulated file system, slower, and world-writable (0666).
-const db = await PGlite.create({ startParams: EMBEDDED_START_PARAMS });
-const dump = await db.dumpDataDir('none');
-await db.close();
-
-const partial = `${target}.init-${process.pid}`;
-fs.rmSync(partial, { recursive: true, force: true });
-fs.mkdirSync(partial, { recursive: true, mode: PRIVATE_DIR_MODE });
-const extract = tar.extract();
-extract.on('entry', (header, body, next) => {
-  // Entries are `<top>/<path>`: the top folder is the data directory itself.
-  const rel = header.name.split('/').slice(1).join('/');
-  const dest = path.join(partial, rel);
-  if (rel === '' || !dest.startsWith(`${partial}${path.sep}`)) {
-    body.resume();
-    body.on('end', next);
-    return;
-  }
-  if (header.type === 'directory') {
-    fs.mkdirSync(dest, { recursive: true, mode: PRIVATE_DIR_MODE });
-    body.resume();
-    body.on('end', next);
-    return;
-  }
-  fs.mkdirSync(path.dirname(dest), { recursive: true, mode: PRIVATE_DIR_MODE });
-  pipeline(body, fs.createWriteStream(dest, { mode: PRIVATE_FILE_MODE })).then(() => next(), next);
-});
-await pipeline(Readable.fromWeb(dump.stream() as Parameters<typeof Readable.fromWeb>[0]), extract);
-// Only a complete directory takes the final name: an interrupted initdb leaves no half database.
-fs.renameSync(partial, target);
+// initdb and the migrations in memory, then the files written straight to disk: PGlite's own
+// path writes them one by one through its emulated file system, slower, and world-writable.
+const embedded = await startEmbeddedPostgres({ extensions: EMBEDDED_EXTENSIONS });
+let dump: Blob;
+try {
+  const db = await openDatabase({ embedded, migrate: true, poolMax: 1 });
+  await db.close();
+  // The dump is a copy of the files as they are: without a checkpoint, every start from it
+  // would first replay the WAL of initdb and the migrations (crash recovery).
+  await embedded.db.exec('checkpoint');
+  dump = await embedded.db.dumpDataDir('none');
+} finally {
+  await embedded.close();
+}
+const bytes = new Uint8Array(await dump.arrayBuffer());
+if (image) writeImage(image, bytes);
+if (target) await extractDataDirTar(Readable.from([bytes]), target);

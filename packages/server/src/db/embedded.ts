@@ -7,6 +7,7 @@ import { fileURLToPath } from 'node:url';
 import { type Extensions, PGlite } from '@electric-sql/pglite';
 import { PGLiteSocketServer } from '@electric-sql/pglite-socket';
 import { makeTreePrivate, PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, prepareDataDir } from '../data-dir.js';
+import { createFromImage, defaultImageDir, embeddedImageKey, embeddedImagePath } from './embedded-image.js';
 import { EMBEDDED_START_PARAMS } from './embedded-settings.js';
 
 /**
@@ -151,14 +152,19 @@ export interface StartEmbeddedOptions {
   ownerKind?: 'server' | 'cli';
   /** PGlite extensions to load (e.g. `vector`); `CREATE EXTENSION` in a migration enables them. */
   extensions?: Extensions;
+  /**
+   * Where the image of a fresh, migrated database is cached (`embedded-image.ts`; default under
+   * the server package's `node_modules/.cache`), `false` to always run initdb.
+   */
+  imageDir?: string | false;
 }
 
 /**
- * initdb of a fresh `pgdata` in a child process (`embedded-initdb.ts`): the memory initdb
- * grows goes back to the system when the child exits, instead of staying in this process's
- * WebAssembly memory for good.
+ * initdb and the migrations of a fresh `pgdata` in a child process (`embedded-initdb.ts`): the
+ * memory initdb grows goes back to the system when the child exits, instead of staying in this
+ * process's WebAssembly memory for good. With `image`, the child also caches the result there.
  */
-async function initdbInChildProcess(pgDir: string): Promise<void> {
+async function initdbInChildProcess(pgDir: string, image?: string): Promise<void> {
   const fromSource = import.meta.url.endsWith('.ts');
   const entry = fileURLToPath(
     new URL(fromSource ? './embedded-initdb.ts' : './embedded-initdb.js', import.meta.url),
@@ -167,9 +173,13 @@ async function initdbInChildProcess(pgDir: string): Promise<void> {
   // from this package; the production build runs plain JavaScript.
   // --liftoff-only: a process this short never profits from V8's optimising compiler for
   // WebAssembly; tiering initdb's hot functions up cost it ~1.4 of its ~4 CPU seconds.
-  const args = fromSource
-    ? ['--liftoff-only', '--import', 'tsx', entry, pgDir]
-    : ['--liftoff-only', entry, pgDir];
+  const args = [
+    '--liftoff-only',
+    ...(fromSource ? ['--import', 'tsx'] : []),
+    entry,
+    pgDir,
+    ...(image ? [image] : []),
+  ];
   const cwd = fromSource ? fileURLToPath(new URL('../..', import.meta.url)) : undefined;
   await new Promise<void>((resolve, reject) => {
     execFile(process.execPath, args, { cwd, maxBuffer: 4 * 1024 * 1024 }, (err, _stdout, stderr) => {
@@ -182,8 +192,12 @@ async function initdbInChildProcess(pgDir: string): Promise<void> {
   });
 }
 
-/** Makes sure `pgDir` holds a database: a missing or empty directory gets one (initdb). */
-async function ensureDatabaseFiles(pgDir: string): Promise<void> {
+/**
+ * Makes sure `pgDir` holds a database: a missing or empty directory gets one, extracted from
+ * the cached image of a fresh migrated database when there is a valid one, else made by initdb
+ * and the migrations in a child process (which caches the image for the next time).
+ */
+async function ensureDatabaseFiles(pgDir: string, imageDir: string | false | undefined): Promise<void> {
   if (fs.existsSync(path.join(pgDir, 'PG_VERSION'))) return;
   if (fs.existsSync(pgDir)) {
     if (fs.readdirSync(pgDir).length > 0) {
@@ -193,7 +207,12 @@ async function ensureDatabaseFiles(pgDir: string): Promise<void> {
     }
     fs.rmdirSync(pgDir);
   }
-  await initdbInChildProcess(pgDir);
+  const image =
+    imageDir === false
+      ? undefined
+      : embeddedImagePath(imageDir ?? defaultImageDir(), await embeddedImageKey());
+  if (image && (await createFromImage(image, pgDir))) return;
+  await initdbInChildProcess(pgDir, image);
 }
 
 export async function startEmbeddedPostgres(opts: StartEmbeddedOptions): Promise<EmbeddedPostgres> {
@@ -218,7 +237,7 @@ export async function startEmbeddedPostgres(opts: StartEmbeddedOptions): Promise
   let db: PGlite | undefined;
   let server: PGLiteSocketServer | undefined;
   try {
-    if (pgDir) await ensureDatabaseFiles(pgDir);
+    if (pgDir) await ensureDatabaseFiles(pgDir, opts.imageDir);
     db = await PGlite.create({
       dataDir: pgDir,
       loadDataDir: opts.loadDataDir,

@@ -56,6 +56,8 @@ export interface OpenDatabaseOptions {
    * than attaching to a process about to exit.
    */
   as?: 'server' | 'cli';
+  /** Where the image of a fresh database is cached (`startEmbeddedPostgres`' `imageDir`). */
+  imageDir?: string | false;
 }
 
 const CLI_WAIT_MS = 60_000;
@@ -159,6 +161,7 @@ export async function openDatabase(opts: OpenDatabaseOptions): Promise<Database>
         dataDir: opts.dataDir,
         ownerKind: opts.as ?? 'server',
         extensions: EMBEDDED_EXTENSIONS,
+        imageDir: opts.imageDir,
       });
       connection = { host: owned.socketDir, port: owned.port };
       try {
