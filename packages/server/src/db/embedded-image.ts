@@ -92,8 +92,7 @@ export function embeddedImagePath(dir: string, key: string): string {
 }
 
 /**
- * Extracts a PGlite data-dir tar into `target` (which must not exist): owner-only modes, one
- * write per file, under a temporary name renamed into place, so an interrupted extraction
+ * Extracts a PGlite data-dir tar into `target` (which must not exist): owner-only modes, under a temporary name renamed into place, so an interrupted extraction
  * leaves no half database under `target`.
  */
 export async function extractDataDirTar(source: Readable, target: string, gzipped = false): Promise<void> {
@@ -112,19 +111,33 @@ export async function extractDataDirTar(source: Readable, target: string, gzippe
       // Entries are `<top>/<path>`: the top folder is the data directory itself.
       const rel = header.name.split('/').slice(1).join('/');
       const dest = path.join(partial, rel);
-      const chunks: Buffer[] = [];
-      body.on('data', (chunk: Buffer) => chunks.push(chunk));
+      const skip = rel === '' || !dest.startsWith(`${partial}${path.sep}`);
+      let fd: number | undefined;
+      body.on('data', (chunk: Buffer) => {
+        if (skip || header.type === 'directory') return;
+        try {
+          if (fd === undefined) {
+            mkdir(path.dirname(dest));
+            fd = fs.openSync(dest, 'w', PRIVATE_FILE_MODE);
+          }
+          // Written as it arrives, synchronously (most files are one chunk): no copy is held.
+          fs.writeSync(fd, chunk);
+        } catch (err) {
+          if (fd !== undefined) fs.closeSync(fd);
+          fd = undefined;
+          extract.destroy(err as Error);
+        }
+      });
       body.on('error', next);
       body.on('end', () => {
         try {
-          if (rel === '' || !dest.startsWith(`${partial}${path.sep}`)) {
+          if (fd !== undefined) fs.closeSync(fd);
+          else if (skip) {
             // the top folder itself, or a path outside it: nothing to write
-          } else if (header.type === 'directory') {
-            mkdir(dest);
-          } else {
+          } else if (header.type === 'directory') mkdir(dest);
+          else {
             mkdir(path.dirname(dest));
-            // Files are small (the largest a few MB): one write each.
-            fs.writeFileSync(dest, Buffer.concat(chunks), { mode: PRIVATE_FILE_MODE });
+            fs.closeSync(fs.openSync(dest, 'w', PRIVATE_FILE_MODE)); // an empty file
           }
           next();
         } catch (err) {
@@ -132,7 +145,7 @@ export async function extractDataDirTar(source: Readable, target: string, gzippe
         }
       });
     });
-    if (gzipped) await pipeline(source, zlib.createGunzip(), extract);
+    if (gzipped) await pipeline(source, zlib.createGunzip({ chunkSize: 64 * 1024 }), extract);
     else await pipeline(source, extract);
     if (!fs.existsSync(path.join(partial, 'PG_VERSION'))) throw new Error('no PG_VERSION in the image');
     fs.renameSync(partial, target);
@@ -143,16 +156,21 @@ export async function extractDataDirTar(source: Readable, target: string, gzippe
 }
 
 /**
- * Creates `pgDir` from the cached image at `file`. False when there is none; a corrupt one
- * (bad gzip CRC or length, a broken tar, no database in it) is deleted and false returned, so
- * the caller falls back to initdb.
+ * Creates `pgDir` from the cached image at `file`. False when there is none; a corrupt or
+ * unreadable one (bad gzip CRC or length, a broken tar, no database in it) is deleted and false
+ * returned, so the caller falls back to initdb.
  */
 export async function createFromImage(file: string, pgDir: string): Promise<boolean> {
   if (!fs.existsSync(file)) return false;
   try {
     await extractDataDirTar(fs.createReadStream(file), pgDir, true);
     return true;
-  } catch {
+  } catch (err) {
+    // Writing the database failed (no space, permissions): initdb would fail the same way.
+    const failed = (err as NodeJS.ErrnoException).path;
+    if (failed?.startsWith(pgDir)) {
+      throw new Error(`Could not create the embedded database in ${pgDir}: ${(err as Error).message}`);
+    }
     fs.rmSync(file, { force: true });
     return false;
   }
