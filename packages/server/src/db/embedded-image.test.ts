@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import zlib from 'node:zlib';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEmbeddedPostgres } from './embedded.js';
 import { embeddedImageKey, embeddedImagePath, writeImage } from './embedded-image.js';
 import { EMBEDDED_EXTENSIONS } from './extensions.js';
@@ -59,9 +59,14 @@ const modes = (dir: string): string[] => {
 };
 
 describe('the image of a fresh embedded database', () => {
+  let marked: Uint8Array;
+  beforeAll(async () => {
+    marked = await markedImage();
+  }, 480_000);
+
   it('a fresh data directory starts from a valid image of the current migrations', async () => {
     const imageDir = path.join(root, 'valid');
-    writeImage(embeddedImagePath(imageDir, await embeddedImageKey()), await markedImage());
+    writeImage(embeddedImagePath(imageDir, await embeddedImageKey()), marked);
 
     const start = await freshStart(imageDir);
     expect(start.marked).toBe(true);
@@ -71,13 +76,13 @@ describe('the image of a fresh embedded database', () => {
     expect(fs.readdirSync(imageDir)).toEqual([
       path.basename(embeddedImagePath(imageDir, await embeddedImageKey())),
     ]);
-  }, 240_000);
+  }, 480_000);
 
   it('a corrupt image is replaced and a stale one ignored: initdb and the migrations run instead', async () => {
     const imageDir = path.join(root, 'broken');
     const current = embeddedImagePath(imageDir, await embeddedImageKey());
     // The image of the current key, cut short (its gzip length and CRC no longer match)…
-    const valid = zlib.gzipSync(await markedImage(), { level: 1 });
+    const valid = zlib.gzipSync(marked, { level: 1 });
     fs.mkdirSync(imageDir, { recursive: true });
     fs.writeFileSync(current, valid.subarray(0, Math.floor(valid.length / 2)));
     // …and a complete image made for other migrations (one fewer): another key.
@@ -97,7 +102,7 @@ describe('the image of a fresh embedded database', () => {
     const next = await freshStart(imageDir);
     expect(next.marked).toBe(false);
     expect(next.applied).toEqual(migrationsList.map((m) => m.name));
-  }, 240_000);
+  }, 480_000);
 
   it('the key follows what the migrations do', async () => {
     const current = await embeddedImageKey();
