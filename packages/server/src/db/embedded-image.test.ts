@@ -90,12 +90,17 @@ describe('the image of a fresh embedded database', () => {
     expect(olderKey).not.toBe(await embeddedImageKey());
     const stale = embeddedImagePath(imageDir, olderKey);
     fs.writeFileSync(stale, valid);
+    // …and what a writer killed an hour ago left.
+    const leftover = `${current}.tmp-999999`;
+    fs.writeFileSync(leftover, valid.subarray(0, 1000));
+    const anHourAgo = new Date(Date.now() - 3_600_000);
+    fs.utimesSync(leftover, anHourAgo, anHourAgo);
 
     const start = await freshStart(imageDir);
     expect(start.marked).toBe(false);
     expect(start.applied).toEqual(migrationsList.map((m) => m.name));
     expect(modes(path.join(start.dataDir, 'pgdata'))).toEqual([]);
-    // The initdb child cached a valid image of the current key and removed the stale one.
+    // The initdb child cached a valid image of the current key and removed the others.
     expect(fs.readdirSync(imageDir)).toEqual([path.basename(current)]);
     expect(zlib.gunzipSync(fs.readFileSync(current)).length).toBeGreaterThan(1_000_000);
     // The next fresh directory starts from it.

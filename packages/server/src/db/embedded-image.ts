@@ -188,9 +188,13 @@ export function writeImage(file: string, dataDirTar: Uint8Array): void {
     fs.writeFileSync(tmp, zlib.gzipSync(dataDirTar, { level: 1 }), { mode: PRIVATE_FILE_MODE });
     fs.renameSync(tmp, file);
     for (const name of fs.readdirSync(dir)) {
-      if (/^pgdata-[0-9a-f]+\.tar\.gz$/.test(name) && name !== path.basename(file)) {
-        fs.rmSync(path.join(dir, name), { force: true });
-      }
+      const other = path.join(dir, name);
+      // Images of other keys, and what a writer killed midway left (older than ten minutes).
+      const stale =
+        (/^pgdata-[0-9a-f]+\.tar\.gz$/.test(name) && name !== path.basename(file)) ||
+        (/^pgdata-[0-9a-f]+\.tar\.gz\.tmp-\d+$/.test(name) &&
+          Date.now() - fs.statSync(other).mtimeMs > 10 * 60_000);
+      if (stale) fs.rmSync(other, { force: true });
     }
   } catch {
     fs.rmSync(tmp, { force: true });
