@@ -293,7 +293,20 @@ export const runStore = {
          (select row_to_json(a) from apps a join s on a.id = s.app_id where a.app_type = 'agent') as agent,
          (select row_to_json(run) from run) as run_row
        from k left join rl on true`,
-      [t.keyHash, 'agent_message:', w, w, t.admit, w, t.admit, t.rate.limited, t.rate.limit, ...q.params],
+      [
+        t.keyHash,
+        'agent_message:',
+        w,
+        w,
+        // No unit taken (no row written, no row lock shared by the workspace's turns) when the
+        // bucket has no limit, as `metering.rateLimit` does.
+        t.admit && t.rate.limited,
+        w,
+        t.admit,
+        t.rate.limited,
+        t.rate.limit,
+        ...q.params,
+      ],
     );
     const r = rows[0];
     if (!r) return undefined;
