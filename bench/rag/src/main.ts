@@ -193,20 +193,32 @@ interface Ctx {
 const PRODUCTS = ['tent', 'stove', 'lantern', 'backpack', 'sleeping bag', 'jacket', 'boots', 'map case'];
 const REGIONS = ['north', 'south', 'east', 'west', 'alpine', 'coastal'];
 
-/** A CSV of about `mb` megabytes, streamed to disk (never in memory); returns its rows. */
-async function writeCsv(file: string, mb: number): Promise<number> {
+/**
+ * A CSV of about `mb` megabytes (whole rows only, never more than `maxBytes`, so a file meant
+ * to sit under the upload limit is not cut inside a quoted field), streamed to disk (never in
+ * memory); returns its rows.
+ */
+async function writeCsv(file: string, mb: number, maxBytes = Number.POSITIVE_INFINITY): Promise<number> {
   const out = fs.createWriteStream(file);
-  out.write('id,sku,region,product,description\n');
-  let bytes = 0;
+  const header = 'id,sku,region,product,description\n';
+  out.write(header);
+  let bytes = Buffer.byteLength(header);
   let rows = 0;
-  while (bytes < mb * MB) {
+  let full = false;
+  while (bytes < mb * MB && !full) {
     let block = '';
     for (let i = 0; i < 1000; i++) {
-      rows++;
       const desc = Array.from({ length: 14 }, () => pick(COMMON)).join(' ');
-      block += `${rows},SKU-${(rows * 7919) % 100000},${pick(REGIONS)},${pick(PRODUCTS)},"${desc}, rated for ${rows % 40} degrees"\n`;
+      const row = `${rows + 1},SKU-${((rows + 1) * 7919) % 100000},${pick(REGIONS)},${pick(PRODUCTS)},"${desc}, rated for ${(rows + 1) % 40} degrees"\n`;
+      const len = Buffer.byteLength(row);
+      if (bytes + len > maxBytes) {
+        full = true;
+        break;
+      }
+      rows++;
+      bytes += len;
+      block += row;
     }
-    bytes += Buffer.byteLength(block);
     if (!out.write(block)) await new Promise<void>((r) => out.once('drain', () => r()));
   }
   await new Promise<void>((r, j) => out.end((err?: Error | null) => (err ? j(err) : r())));
@@ -285,9 +297,9 @@ async function ingest(ctx: Ctx) {
   // (BENCH_BIG_MB=0 skips it).
   if (BIG_MB > 0) {
     const big = path.join(TMP, 'big.csv');
-    const bigRows = BIG_KIND === 'padded' ? await writePadded(big, BIG_MB) : await writeCsv(big, BIG_MB);
-    const bigSize = fs.statSync(big).size;
-    if (bigSize > 100 * MB) fs.truncateSync(big, 100 * MB - 1); // keep it under the limit
+    // Under the 100 MB limit: the CSV stops at the last whole row that fits.
+    const bigRows =
+      BIG_KIND === 'padded' ? await writePadded(big, BIG_MB) : await writeCsv(big, BIG_MB, 100 * MB - 1);
     const before = process.memoryUsage().rss;
     let peak = before;
     const sampler = setInterval(() => {
