@@ -296,7 +296,7 @@ async function ingest(ctx: Ctx) {
   // The 100 MB file first, on a fresh process, with this process's RSS sampled every 10 ms
   // (BENCH_BIG_MB=0 skips it).
   if (BIG_MB > 0) {
-    const big = path.join(TMP, 'big.csv');
+    const big = path.join(TMP, BIG_KIND === 'padded' ? 'big.txt' : 'big.csv');
     // Under the 100 MB limit: the CSV stops at the last whole row that fits.
     const bigRows =
       BIG_KIND === 'padded' ? await writePadded(big, BIG_MB) : await writeCsv(big, BIG_MB, 100 * MB - 1);
