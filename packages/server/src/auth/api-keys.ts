@@ -35,3 +35,18 @@ export const ACTIVE_API_KEY_WHERE = "k.key_hash = ? and k.revoked_at is null and
 
 /** `last_used_at` is written at most once per this interval per key. */
 export const LAST_USED_RESOLUTION_SECONDS = 60;
+
+/**
+ * The `touch` CTE of every one-statement admission that authenticates a key (a CTE `k` with
+ * the key's `id` before it): `last_used_at` written at most once per
+ * `LAST_USED_RESOLUTION_SECONDS`. Never waits: a key row locked by a concurrent usage write is
+ * skipped this time.
+ */
+export const TOUCH_API_KEY_CTE = `touch as (
+         update api_keys set last_used_at = now()
+          where id in (
+            select a.id from api_keys a join k on k.id = a.id
+             where a.last_used_at is null
+                or a.last_used_at < now() - interval '${LAST_USED_RESOLUTION_SECONDS} seconds'
+               for update of a skip locked)
+       )`;

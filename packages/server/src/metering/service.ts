@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { ACTIVE_API_KEY_WHERE, API_KEY_FROM, LAST_USED_RESOLUTION_SECONDS } from '../auth/api-keys.js';
+import { ACTIVE_API_KEY_WHERE, API_KEY_FROM, TOUCH_API_KEY_CTE } from '../auth/api-keys.js';
 import { apiKeyPrincipal } from '../auth/principal.js';
 import type { SqlExecutor } from '../db/sql.js';
 import { AppError } from '../http/errors.js';
@@ -1133,15 +1133,7 @@ export class PgMetering implements Metering {
                 w.monthly_token_quota as quota, ${CYCLE_START_SQL('w.billing_cycle_anchor')} as cs
            from ${API_KEY_FROM} cross join async_commit
           where ${ACTIVE_API_KEY_WHERE}
-       ), touch as (
-         -- Never waits: a key row locked by a concurrent usage write is skipped this time.
-         update api_keys set last_used_at = now()
-          where id in (
-            select a.id from api_keys a join k on k.id = a.id
-             where a.last_used_at is null
-                or a.last_used_at < now() - interval '${LAST_USED_RESOLUTION_SECONDS} seconds'
-               for update of a skip locked)
-       ), rl as (
+       ), ${TOUCH_API_KEY_CTE}, rl as (
          ${rateLimitUpsert(`select ? || k.workspace_id::text, ${RATE_LIMIT_WINDOW_START}, 1 from k where ?::boolean`)}
        ), res as (
          insert into workspace_token_usage as t (workspace_id, cycle_start, tokens, reserved)

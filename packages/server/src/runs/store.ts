@@ -1,6 +1,6 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import type { EntityManager } from '@mikro-orm/postgresql';
-import { ACTIVE_API_KEY_WHERE, API_KEY_FROM, LAST_USED_RESOLUTION_SECONDS } from '../auth/api-keys.js';
+import { ACTIVE_API_KEY_WHERE, API_KEY_FROM, TOUCH_API_KEY_CTE } from '../auth/api-keys.js';
 import { emExecutor, type SqlExecutor } from '../db/sql.js';
 import { RATE_LIMIT_WINDOW_START, rateLimitUpsert } from '../metering/service.js';
 import type { RunEvent, RunKind, RunRecord, RunStatus, ToolCallRecord } from './types.js';
@@ -272,15 +272,7 @@ export const runStore = {
          select k.id, k.name, k.workspace_id, w.name as workspace_name, w.credit_balance_micros as balance
            from ${API_KEY_FROM} cross join async_commit
           where ${ACTIVE_API_KEY_WHERE}
-       ), touch as (
-         -- Never waits: a key row locked by a concurrent usage write is skipped this time.
-         update api_keys set last_used_at = now()
-          where id in (
-            select a.id from api_keys a join k on k.id = a.id
-             where a.last_used_at is null
-                or a.last_used_at < now() - interval '${LAST_USED_RESOLUTION_SECONDS} seconds'
-               for update of a skip locked)
-       ), rl as (
+       ), ${TOUCH_API_KEY_CTE}, rl as (
          ${rateLimitUpsert(`select ? || k.workspace_id::text, ${RATE_LIMIT_WINDOW_START}, 1 from k where ?::boolean`)}
        ), go as (
          select k.workspace_id from k

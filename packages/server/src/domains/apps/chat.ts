@@ -4,7 +4,7 @@ import {
   ACTIVE_API_KEY_WHERE,
   API_KEY_FROM,
   hashApiKey,
-  LAST_USED_RESOLUTION_SECONDS,
+  TOUCH_API_KEY_CTE,
 } from '../../auth/api-keys.js';
 import { apiKeyPrincipal, type Principal } from '../../auth/principal.js';
 import type { SqlExecutor } from '../../db/sql.js';
@@ -137,14 +137,7 @@ function admissionSql(byKey: boolean, subject: boolean): string {
          select k.id, k.name, k.workspace_id, w.name as workspace_name
            from ${API_KEY_FROM} cross join async_commit
           where ${ACTIVE_API_KEY_WHERE}
-       ), touch as (
-         update api_keys set last_used_at = now()
-          where id in (
-            select a.id from api_keys a join k on k.id = a.id
-             where a.last_used_at is null
-                or a.last_used_at < now() - interval '${LAST_USED_RESOLUTION_SECONDS} seconds'
-               for update of a skip locked)
-       )`
+       ), ${TOUCH_API_KEY_CTE}`
     : `k as (select null::uuid as id, null::text as name, ?::uuid as workspace_id, null::text as workspace_name)`;
   return `with ${k}, a as (
        select a.* from apps a join k on a.workspace_id = k.workspace_id
