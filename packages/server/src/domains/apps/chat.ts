@@ -1,11 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
-import {
-  ACTIVE_API_KEY_WHERE,
-  API_KEY_FROM,
-  hashApiKey,
-  TOUCH_API_KEY_CTE,
-} from '../../auth/api-keys.js';
+import { ACTIVE_API_KEY_WHERE, API_KEY_FROM, hashApiKey, TOUCH_API_KEY_CTE } from '../../auth/api-keys.js';
 import { apiKeyPrincipal, type Principal } from '../../auth/principal.js';
 import type { SqlExecutor } from '../../db/sql.js';
 import { AppError, INVALID_REQUEST_BODY } from '../../http/errors.js';
