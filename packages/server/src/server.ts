@@ -116,7 +116,13 @@ export async function createServer(opts: CreateServerOptions = {}): Promise<AiSu
           const srv = server;
           const done = new Promise<void>((r) => srv.close(() => r()));
           srv.closeIdleConnections();
-          const timer = setTimeout(() => srv.closeAllConnections(), config.shutdownGraceMs);
+          const timer = setTimeout(() => {
+            log.warn(
+              { graceMs: config.shutdownGraceMs },
+              'shutdown grace period elapsed: closing the connections still open',
+            );
+            srv.closeAllConnections();
+          }, config.shutdownGraceMs);
           timer.unref();
           await done;
           clearTimeout(timer);
