@@ -1,3 +1,4 @@
+import { execFileSync } from 'node:child_process';
 import { once } from 'node:events';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -11,7 +12,13 @@ afterAll(() => fs.rmSync(dataDir, { recursive: true, force: true }));
 
 describe('the server process', () => {
   it('starts on the embedded database, serves, and exits 0 on SIGTERM releasing the data directory', async () => {
-    const child = spawnServerProcess({ DATA_DIR: dataDir, PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info' });
+    const child = spawnServerProcess({
+      DATA_DIR: dataDir,
+      PORT: '0',
+      HOST: '127.0.0.1',
+      LOG_LEVEL: 'info',
+      LISTEN_BACKLOG: '123',
+    });
     try {
       let out = '';
       child.stdout?.on('data', (d) => {
@@ -39,6 +46,9 @@ describe('the server process', () => {
       const lock = JSON.parse(fs.readFileSync(path.join(dataDir, LOCK_FILE), 'utf8')) as { pid: number };
       expect(lock.pid).toBe(child.pid);
       expect(notPrivate(dataDir)).toEqual([]);
+      // LISTEN_BACKLOG reaches listen(2): the kernel reports a listening socket's backlog as
+      // its Send-Q (below net.core.somaxconn, which caps it).
+      expect(listenBacklog(Number(new URL(url as string).port))).toBe(123);
 
       const exited = once(child, 'exit');
       child.kill('SIGTERM');
@@ -92,4 +102,10 @@ function notPrivate(dir: string): string[] {
     }
   }
   return out;
+}
+
+/** The backlog of the socket listening on `port`, as `ss` reads it from the kernel. */
+function listenBacklog(port: number): number {
+  const line = execFileSync('ss', ['-ltnH', `sport = :${port}`], { encoding: 'utf8' }).trim();
+  return Number(line.split(/\s+/)[2]);
 }
