@@ -37,6 +37,15 @@ export interface FakeOidcMisbehaviour {
   discoveryDown?: boolean;
   /** The token endpoint answers 503 with an HTML page (the provider is down mid-flow). */
   tokenEndpointDown?: boolean;
+  /**
+   * A "thin" ID token: `sub` and the protocol claims only; email, email_verified and name are
+   * served by the UserInfo endpoint alone (as some providers do for the code flow).
+   */
+  thinIdToken?: boolean;
+  /** UserInfo answers for another subject than the ID token's (a token substitution). */
+  userInfoWrongSubject?: boolean;
+  /** UserInfo answers 503 (the provider is down after the token exchange). */
+  userInfoDown?: boolean;
 }
 
 export interface FakeOidcOptions {
@@ -64,6 +73,8 @@ export interface FakeOidc {
   authorizeRequests: FakeOidcAuthorizeRequest[];
   /** Token requests, with whether each was answered with tokens. */
   tokenRequests: { params: URLSearchParams; ok: boolean; error?: string }[];
+  /** How many UserInfo requests were answered with claims. */
+  readonly userInfoRequests: number;
   close(): Promise<void>;
 }
 
@@ -124,6 +135,7 @@ export async function startFakeOidc(opts: FakeOidcOptions = {}): Promise<FakeOid
   const accessTokens = new Map<string, FakeOidcUser>();
   const authorizeRequests: FakeOidcAuthorizeRequest[] = [];
   const tokenRequests: FakeOidc['tokenRequests'] = [];
+  let userInfoRequests = 0;
   let issuer = '';
 
   const claimsOf = (u: FakeOidcUser) => {
@@ -138,7 +150,7 @@ export async function startFakeOidc(opts: FakeOidcOptions = {}): Promise<FakeOid
 
   async function idToken(code: PendingCode): Promise<string> {
     const now = Math.floor(Date.now() / 1000);
-    const payload: Record<string, unknown> = { ...claimsOf(code.user) };
+    const payload: Record<string, unknown> = mis.thinIdToken ? {} : { ...claimsOf(code.user) };
     if (mis.nonce === 'wrong') payload.nonce = `not-${code.nonce ?? 'a-nonce'}`;
     else if (mis.nonce !== 'missing' && code.nonce !== undefined) payload.nonce = code.nonce;
     const iat = mis.expired ? now - 7200 : now;
@@ -289,7 +301,16 @@ export async function startFakeOidc(opts: FakeOidcOptions = {}): Promise<FakeOid
           const at = req.headers.authorization?.match(/^Bearer (.+)$/i)?.[1];
           const user = at ? accessTokens.get(at) : undefined;
           if (!user) return json(res, 401, { error: 'invalid_token' });
-          return json(res, 200, { sub: user.sub, ...claimsOf(user) });
+          if (mis.userInfoDown) {
+            res.writeHead(503, { 'content-type': 'text/html' });
+            res.end('<h1>Service Unavailable</h1>');
+            return;
+          }
+          userInfoRequests++;
+          return json(res, 200, {
+            sub: mis.userInfoWrongSubject ? `not-${user.sub}` : user.sub,
+            ...claimsOf(user),
+          });
         }
         default:
           return json(res, 404, { error: 'not_found' });
@@ -316,6 +337,9 @@ export async function startFakeOidc(opts: FakeOidcOptions = {}): Promise<FakeOid
     },
     authorizeRequests,
     tokenRequests,
+    get userInfoRequests() {
+      return userInfoRequests;
+    },
     close: () => server.close(),
   };
 }

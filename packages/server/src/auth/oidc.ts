@@ -239,6 +239,7 @@ export class OidcClient {
     const current = new URL(pending.redirectUri);
     current.search = query.toString();
     let claims: client.IDToken | undefined;
+    let accessToken: string | undefined;
     try {
       const tokens = await client.authorizationCodeGrant(config, current, {
         pkceCodeVerifier: pending.codeVerifier,
@@ -247,19 +248,50 @@ export class OidcClient {
         idTokenExpected: true,
       });
       claims = tokens.claims();
+      accessToken = tokens.access_token;
     } catch (err) {
       throw callbackError(err);
     }
     if (!claims) throw callbackError(new Error('the token response has no ID token'));
-    const verified = claims.email_verified;
+    let email = text(claims.email);
+    let verified = claims.email_verified;
+    let name = text(claims.name);
+    // A "thin" ID token (sub only, or an email without email_verified): the UserInfo endpoint
+    // completes it, answering for the same subject (openid-client checks `sub`). The ID
+    // token's email wins; UserInfo's email_verified counts only for that same address.
+    if (
+      (email === undefined || verified === undefined) &&
+      accessToken &&
+      config.serverMetadata().userinfo_endpoint
+    ) {
+      let info: client.UserInfoResponse;
+      try {
+        info = await client.fetchUserInfo(config, accessToken, claims.sub);
+      } catch (err) {
+        throw callbackError(err);
+      }
+      const infoEmail = text(info.email);
+      if (email === undefined) {
+        email = infoEmail;
+        verified = info.email_verified;
+      } else if (infoEmail?.toLowerCase() === email.toLowerCase()) {
+        verified = info.email_verified;
+      }
+      name ??= text(info.name);
+    }
     return {
       issuer: claims.iss,
       subject: claims.sub,
-      email: typeof claims.email === 'string' && claims.email ? claims.email : undefined,
+      email,
       emailVerified: verified === true || verified === 'true',
-      name: typeof claims.name === 'string' && claims.name.trim() ? claims.name.trim() : undefined,
+      name,
     };
   }
+}
+
+/** A claim that is a non-blank string, trimmed; anything else is absent. */
+function text(v: unknown): string | undefined {
+  return typeof v === 'string' && v.trim() ? v.trim() : undefined;
 }
 
 const clients = new WeakMap<OidcSettings, OidcClient>();

@@ -443,6 +443,70 @@ describe('who may sign in, and as whom', () => {
     expect(await errorOf(flow.callback)).toMatchObject({ code: 'OIDC_EMAIL_MISSING' });
   });
 
+  describe('a thin ID token (sub only): the UserInfo endpoint completes it', () => {
+    it('links the account by the email UserInfo verifies', async () => {
+      const person = await createTestSession(ts, ws, { role: 'member' });
+      const { sub } = providerUser({ email: person.email, name: 'From UserInfo' });
+      fake.misbehave({ thinIdToken: true });
+      const before = fake.userInfoRequests;
+      const flow = await signIn(ts, { loginHint: sub });
+      expect(flow.callback?.status).toBe(302);
+      expect(flow.jar.has(SESSION_COOKIE)).toBe(true);
+      expect(fake.userInfoRequests).toBe(before + 1);
+      expect(
+        await count('select 1 from user_identities where subject = ? and user_id = ?', [sub, person.userId]),
+      ).toBe(1);
+    });
+
+    it('an ID token that carries the verified email does not call UserInfo', async () => {
+      const person = await createTestSession(ts, ws, { role: 'member' });
+      const { sub } = providerUser({ email: person.email });
+      const before = fake.userInfoRequests;
+      expect((await signIn(ts, { loginHint: sub })).callback?.status).toBe(302);
+      expect(fake.userInfoRequests).toBe(before);
+    });
+
+    it('UserInfo saying the email is not verified: 403 OIDC_EMAIL_UNVERIFIED', async () => {
+      const person = await createTestSession(ts, ws, { role: 'member' });
+      const { sub } = providerUser({ email: person.email, verified: false });
+      fake.misbehave({ thinIdToken: true });
+      const flow = await signIn(ts, { loginHint: sub });
+      expect(flow.callback?.status).toBe(403);
+      expect(await errorOf(flow.callback)).toMatchObject({ code: 'OIDC_EMAIL_UNVERIFIED' });
+      expect(await count('select 1 from user_identities where subject = ?', [sub])).toBe(0);
+    });
+
+    it('UserInfo answering for another subject: 401 OIDC_TOKEN_INVALID, no session', async () => {
+      const person = await createTestSession(ts, ws, { role: 'member' });
+      const { sub } = providerUser({ email: person.email });
+      fake.misbehave({ thinIdToken: true, userInfoWrongSubject: true });
+      const flow = await signIn(ts, { loginHint: sub });
+      expect(flow.callback?.status).toBe(401);
+      expect(await errorOf(flow.callback)).toMatchObject({ code: 'OIDC_TOKEN_INVALID' });
+      expect(flow.jar.has(SESSION_COOKIE)).toBe(false);
+      expect(await count('select 1 from user_identities where subject = ?', [sub])).toBe(0);
+    });
+
+    it('UserInfo down: 502 OIDC_PROVIDER_UNAVAILABLE, no session', async () => {
+      const person = await createTestSession(ts, ws, { role: 'member' });
+      const { sub } = providerUser({ email: person.email });
+      fake.misbehave({ thinIdToken: true, userInfoDown: true });
+      const flow = await signIn(ts, { loginHint: sub });
+      expect(flow.callback?.status).toBe(502);
+      expect(await errorOf(flow.callback)).toMatchObject({ code: 'OIDC_PROVIDER_UNAVAILABLE' });
+      expect(flow.jar.has(SESSION_COOKIE)).toBe(false);
+    });
+
+    it('neither the ID token nor UserInfo has an email: 401 OIDC_EMAIL_MISSING', async () => {
+      const sub = `sub-${uniq()}`;
+      fake.addUser({ sub, name: 'No Email' });
+      fake.misbehave({ thinIdToken: true });
+      const flow = await signIn(ts, { loginHint: sub });
+      expect(flow.callback?.status).toBe(401);
+      expect(await errorOf(flow.callback)).toMatchObject({ code: 'OIDC_EMAIL_MISSING' });
+    });
+  });
+
   it('sign-up disabled: a new email without an invitation is refused, and no account is created', async () => {
     const { sub, email } = providerUser();
     const flow = await signIn(ts, { loginHint: sub });
