@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   ARTIFACT_REPORT,
@@ -154,6 +155,41 @@ const capabilities: Capability[] = [
           .map((l) => JSON.parse(l.slice(6)))
           .at(-1);
         return last?.type === 'done' ? 'completed' : 'failed';
+      };
+    },
+  },
+  {
+    // The process knows the app before the burst (a request for an unknown thread reads it):
+    // every hold is taken by the admission statement itself (decision 0021).
+    name: 'app chat, streaming, hold in the admission',
+    endpoint: '/apps/{appId}/chat/message/stream',
+    async setup(ws) {
+      const appId = await createApp(ws.apiKey);
+      const seen = await ts.api(`/apps/${appId}/chat/message/stream`, {
+        method: 'POST',
+        key: ws.apiKey,
+        json: { message, role: 'student', threadId: randomUUID() },
+      });
+      expect(seen.status).toBe(404);
+      await seen.text();
+      return async () => {
+        const res = await ts.api(`/apps/${appId}/chat/message/stream`, {
+          method: 'POST',
+          key: ws.apiKey,
+          json: { message, role: 'student' },
+        });
+        const text = await res.text();
+        if (res.status === 402)
+          return { outcome: 'refused', requestId: res.headers.get('x-request-id') ?? '' };
+        const last = text
+          .split('\n')
+          .filter((l) => l.startsWith('data: '))
+          .map((l) => JSON.parse(l.slice(6)))
+          .at(-1);
+        return {
+          outcome: res.status === 200 && last?.type === 'done' ? 'completed' : 'failed',
+          requestId: res.headers.get('x-request-id') ?? '',
+        };
       };
     },
   },

@@ -12,6 +12,8 @@ import type {
   KeyAdmission,
   Metering,
   RateLimitBucket,
+  StatementHold,
+  StatementSettlement,
   UsageComponentLine,
   UsageRecordInput,
 } from './types.js';
@@ -606,6 +608,112 @@ export class GenerationMeter implements GenerationMeterContract {
       componentLines: lines,
     });
     return { costMicros, short };
+  }
+
+  /**
+   * `finish` as CTEs of the caller's statement (`StatementSettlement`): the settlement of
+   * `settle` and the usage record with its key's totals (what `writeUsage` does for a credits
+   * record; no cycle tokens), written only when the hold is still there. The meter counts as
+   * finished from here; `failed()` undoes that.
+   */
+  settlementInStatement(providerStatus: UsageRecordInput['providerStatus']): StatementSettlement | undefined {
+    if (this.finished || this.input.meter !== 'credits' || !this.holdId) return undefined;
+    const holdId = this.holdId;
+    this.finished = true;
+    this.metering.leases.delete(holdId);
+    const estimated = this.estimated;
+    if (this.pendingInputTokens > 0) this.estimated = true;
+    const inputTokens = this.currentInputTokens();
+    const outputTokens = this.currentOutputTokens();
+    const { costMicros, lines } = this.metering.price(
+      this.input.model,
+      inputTokens,
+      outputTokens,
+      this.images,
+    );
+    const i = this.input;
+    const ws = i.workspaceId;
+    const key = i.apiKeyId ?? null;
+    const latencyMs = Math.max(0, Math.round(Date.now() - this.startedAt));
+    const overdraft = Math.max(0, this.overdraftMicros);
+    return {
+      ctes: `stl_w as (
+         select id, credit_balance_micros as b from workspaces where id = ? for update
+       ), stl_h as (
+         delete from credit_holds where id = ? and workspace_id in (select id from stl_w) returning held_micros
+       ), stl_amt as (
+         select h.held_micros - ?::bigint as delta,
+                case when h.held_micros >= ?::bigint then h.held_micros - ?::bigint
+                     else -least(?::bigint - h.held_micros, greatest(w.b + ?::bigint, 0)) end as change
+           from stl_h h, stl_w w
+       ), stl_upd as (
+         update workspaces set credit_balance_micros = credit_balance_micros + stl_amt.change, updated_at = now()
+           from stl_amt where workspaces.id = ? and stl_amt.change <> 0
+         returning workspaces.id, credit_balance_micros as after, stl_amt.change
+       ), stl_led as (
+         insert into credit_ledger (id, workspace_id, amount_micros, balance_after_micros, kind, reason, ref)
+         select gen_random_uuid(), stl_upd.id, stl_upd.change, stl_upd.after,
+                case when stl_upd.change > 0 then 'refund' else 'debit' end, ?, ? from stl_upd
+       ), stl_key as (
+         -- A key deleted meanwhile: the record keeps no key (as its foreign key's set null does).
+         update api_keys k set request_count = k.request_count + 1, input_tokens = k.input_tokens + ?::bigint,
+                output_tokens = k.output_tokens + ?::bigint, cost_micros = k.cost_micros + ?::bigint
+          where k.id = ?::uuid and k.workspace_id = ?::uuid and exists (select 1 from stl_amt)
+         returning k.id
+       ), stl_rec as (
+         insert into usage_records (id, workspace_id, api_key_id, app_id, thread_id, session_id, run_id,
+           request_id, endpoint, model, meter, input_tokens, output_tokens, cost_micros, provider_status,
+           latency_ms, component_lines)
+         select gen_random_uuid(), ?::uuid, (select id from stl_key), ?, ?, ?, ?, ?, ?, ?, 'credits',
+                ?::bigint, ?::bigint, ?::bigint, ?, ?::int, ?::jsonb
+           from stl_amt
+       )`,
+      params: [
+        ws,
+        holdId,
+        costMicros,
+        costMicros,
+        costMicros,
+        costMicros,
+        overdraft,
+        ws,
+        i.endpoint,
+        i.requestId,
+        inputTokens,
+        outputTokens,
+        costMicros,
+        key,
+        ws,
+        ws,
+        i.appId ?? null,
+        i.threadId ?? null,
+        i.sessionId ?? null,
+        i.runId ?? null,
+        i.requestId,
+        i.endpoint,
+        i.model.id,
+        inputTokens,
+        outputTokens,
+        costMicros,
+        providerStatus,
+        latencyMs,
+        JSON.stringify(lines),
+      ],
+      columns: '(select delta from stl_amt) as stl_delta, (select change from stl_amt) as stl_change',
+      committed: (row) => {
+        this.held = 0;
+        if (row.stl_delta === null || row.stl_delta === undefined) return { costMicros, short: false };
+        const delta = Number(row.stl_delta);
+        // Image models learn their output tokens too (as in `finish`).
+        if (providerStatus === 'success') this.metering.estimator.observe(this.key, outputTokens);
+        return { costMicros, short: delta < 0 && -Number(row.stl_change) < -delta };
+      },
+      failed: () => {
+        this.finished = false;
+        this.estimated = estimated;
+        this.metering.leases.add(holdId);
+      },
+    };
   }
 }
 
@@ -1291,6 +1399,77 @@ export class PgMetering implements Metering {
     const meter = new GenerationMeter(this, input, held, id, rawInput, held, factor);
     meter.expectInput(expectedRaw);
     return meter;
+  }
+
+  /**
+   * `startGeneration`'s credit hold (credits meter, no minimum, companion or image part) as
+   * CTEs of the caller's statement: see `StatementHold`. The amount is computed in SQL from
+   * the same figures and in the same floating-point steps (`float8`, as JavaScript's numbers):
+   * input tokens ⌈⌈chars / 4⌉ × learned ratio⌉ at the model's input price, plus the expected
+   * reply (learned, capped by `maxTokens`) at its output price, at least 1 µ$; taken only if
+   * the balance covers it (`hold`'s condition), with its ledger line and hold row.
+   */
+  holdInStatement(
+    input: Omit<GenerationInput, 'workspaceId' | 'apiKeyId' | 'sessionId'>,
+    opts: { inputChars: number; maxTokens?: number },
+  ): StatementHold {
+    const key = estimatorKey(input.model.id, input.endpoint);
+    const factor = this.estimator.inputFactor(key);
+    const outputCost = lineCost(this.estimator.expect(key, opts.maxTokens), input.model.outputPricePerMTok);
+    const imageMicros =
+      input.model.kind === 'image' ? Math.round((input.model.pricePerImage ?? 0) * 1_000_000) : 0;
+    const id = randomUUID();
+    const { insufficientMessage: _m, model, ...usage } = input;
+    const record = {
+      model: model.id,
+      inputPricePerMTok: model.inputPricePerMTok,
+      outputPricePerMTok: model.outputPricePerMTok,
+      pricePerImage: model.pricePerImage ?? null,
+    };
+    const chars = Number.isFinite(opts.inputChars) && opts.inputChars > 0 ? Math.ceil(opts.inputChars) : 0;
+    return {
+      ctes: `hold_amt as (
+         select s.workspace_id, s.usage_patch, c.tokens, c.input_cost, greatest(1, c.input_cost + ?::bigint) as held
+           from hold_src s cross join lateral (
+             select t.tokens, ceil(t.tokens::float8 * ?::float8 - 1e-9::float8)::bigint as input_cost
+               from (select ceil(ceil((?::bigint + s.extra_chars)::float8 / 4) * ?::float8)::bigint as tokens) t
+           ) c
+       ), hold_upd as (
+         update workspaces w set credit_balance_micros = w.credit_balance_micros - x.held, updated_at = now()
+           from hold_amt x
+          where w.id = x.workspace_id and w.credit_balance_micros >= x.held
+         returning w.id, w.credit_balance_micros as after, x.held, x.input_cost, x.tokens, x.usage_patch
+       ), hold_led as (
+         insert into credit_ledger (id, workspace_id, amount_micros, balance_after_micros, kind, reason, ref)
+         select gen_random_uuid(), hold_upd.id, -hold_upd.held, hold_upd.after, 'debit', ?, ? from hold_upd
+       ), hold_row as (
+         insert into credit_holds (id, workspace_id, reason, ref, held_micros, used_micros, input_tokens,
+                                   record, expires_at)
+         select ?::uuid, hold_upd.id, ?, ?, hold_upd.held, least(hold_upd.held, hold_upd.input_cost),
+                hold_upd.tokens, ?::jsonb || jsonb_build_object('usage', ?::jsonb || hold_upd.usage_patch),
+                now() + (?::text || ' milliseconds')::interval
+           from hold_upd
+       )`,
+      params: [
+        imageMicros + outputCost,
+        model.inputPricePerMTok,
+        chars,
+        factor,
+        input.endpoint,
+        input.requestId,
+        id,
+        input.endpoint,
+        input.requestId,
+        JSON.stringify(record),
+        JSON.stringify(usage),
+        this.settings.holdLeaseMs,
+      ],
+      adopt: (full, heldMicros, inputTokens) => {
+        this.leases.add(id);
+        const raw = Number.isFinite(inputTokens) && inputTokens > 0 ? Math.ceil(inputTokens) : 0;
+        return new GenerationMeter(this, full, heldMicros, id, raw, heldMicros, factor);
+      },
+    };
   }
 }
 

@@ -134,6 +134,48 @@ export interface Metering {
   ): Promise<GenerationMeter>;
   /** The hold `startGeneration` would take for such a call (sizes a companion hold's `extraMicros`). */
   expectedHoldMicros(model: ModelInfo, endpoint: string, inputTokens: number): number;
+  /**
+   * `startGeneration`'s credit hold as CTEs of the caller's own statement (app chat takes it
+   * in its admission: one statement before the first token). See `StatementHold`.
+   */
+  holdInStatement(
+    input: Omit<GenerationInput, 'workspaceId' | 'apiKeyId' | 'sessionId'>,
+    opts: { inputChars: number; maxTokens?: number },
+  ): StatementHold;
+}
+
+/**
+ * A credit hold taken inside the caller's statement. The caller's WITH defines, before
+ * `ctes`, a CTE `hold_src (workspace_id uuid, extra_chars bigint, usage_patch jsonb)` with one
+ * row when the hold is to be taken (none otherwise: nothing is held or written); `ctes` add
+ * `hold_amt` (the amount, computed like `startGeneration`'s from `inputChars + extra_chars`
+ * prompt characters at ~4 a token) and `hold_upd` (the conditional balance update; its row,
+ * `held`, only when the balance covered it), then the ledger line and the `credit_holds` row
+ * (`usage_patch` completes the usage record a sweep would write: `workspaceId`, `apiKeyId`,
+ * `sessionId`). `params` follow the caller's params up to `hold_src`, in text order.
+ */
+export interface StatementHold {
+  ctes: string;
+  params: unknown[];
+  /** The meter of the hold the statement took (`heldMicros`: its `hold_upd.held`). */
+  adopt(input: GenerationInput, heldMicros: number, inputTokens: number): GenerationMeter;
+}
+
+/**
+ * `finish` (credits meter) as CTEs of the caller's statement, so the settlement, its usage
+ * record and the caller's writes are one transaction. `ctes` go FIRST in the caller's WITH:
+ * `stl_w` locks the workspace row (the order every balance statement takes; the caller's own
+ * writes should select from `stl_w` so they lock after it), `stl_amt` has a row when the hold
+ * was still there (then the refund or debit, its ledger line, the usage record and the key's
+ * totals are written). The caller selects `columns` and hands its row to `committed`; if the
+ * statement failed it calls `failed` (the meter can then be finished on its own).
+ */
+export interface StatementSettlement {
+  ctes: string;
+  params: unknown[];
+  columns: string;
+  committed(row: { stl_delta: unknown; stl_change: unknown }): { costMicros: number; short: boolean };
+  failed(): void;
 }
 
 export type GenerationInput = Omit<
@@ -173,6 +215,11 @@ export interface GenerationMeter {
   costMicros(): number;
   /** Gives the hold back whole, no usage record (abandoned before anything was sent). */
   release(): Promise<void>;
+  /**
+   * `finish` as part of the caller's statement (see `StatementSettlement`); undefined when
+   * that cannot be (tokens meter, no hold, finished already): call `finish` then.
+   */
+  settlementInStatement(providerStatus: UsageRecordInput['providerStatus']): StatementSettlement | undefined;
   /**
    * Settles the hold once (credits meter: refund the unused part, or debit the rest, clamped
    * and reported `short`) and writes the usage record; idempotent.

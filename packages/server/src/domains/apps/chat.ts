@@ -4,8 +4,13 @@ import { ACTIVE_API_KEY_WHERE, API_KEY_FROM, hashApiKey, TOUCH_API_KEY_CTE } fro
 import { apiKeyPrincipal, type Principal } from '../../auth/principal.js';
 import type { SqlExecutor } from '../../db/sql.js';
 import { AppError, INVALID_REQUEST_BODY } from '../../http/errors.js';
-import { RATE_LIMIT_WINDOW_START, rateLimitHeaders, rateLimitUpsert } from '../../metering/service.js';
-import type { GenerationMeter, Metering } from '../../metering/types.js';
+import {
+  insufficientCredits,
+  RATE_LIMIT_WINDOW_START,
+  rateLimitHeaders,
+  rateLimitUpsert,
+} from '../../metering/service.js';
+import type { GenerationMeter, Metering, StatementHold } from '../../metering/types.js';
 import type { LlmMessage, LlmProvider, LlmUsage, ModelCatalog, ModelInfo } from '../../providers/llm.js';
 import type { ChatMessageInput, ChatResponse, ChatStreamEvent } from './schema.js';
 import { type AppRow, appControls, appNotFound, isUuid, type ThreadRow, threadNotFound } from './service.js';
@@ -117,24 +122,48 @@ interface AdmissionRow {
   history: { role: string; content: string }[] | null;
   hits: number | null;
   reset_in: string | number | null;
+  /** The credit hold (admissions that try one): `held` is null when the balance did not cover it. */
+  hold_tried?: boolean | string | null;
+  held?: string | number | null;
 }
 
 /**
  * The admission of an app chat turn as ONE statement: the key (when the caller sends one;
  * `last_used_at` refreshed at most once a minute), the app, the thread and its recent
- * messages (as many as `maxContextMessages`: the request's, else the app's, else 20), and a
- * unit of the workspace's `app_chat` rate limit, taken only for a valid request to an app
- * that exists (`admit`).
+ * messages (as many as `maxContextMessages`: the request's, else the app's, else 20), a unit
+ * of the workspace's `app_chat` rate limit, taken only for a valid request to an app that
+ * exists (`admit`), and (`hold`) the turn's credit hold: taken only for a request that passes
+ * every check before it (valid, app found, its model, system prompt and `maxTokens` those the
+ * hold was sized for, within the rate limit, thread found), its amount computed in SQL from
+ * the prompt's characters (the thread's history is only known here). `synchronous_commit` is
+ * off for it: nothing of it is visible outside before it commits, and the end of the turn
+ * (synchronous) flushes it with itself; a crash of the database in between loses the whole
+ * turn's admission, hold included, never part of it.
  */
-function admissionSql(byKey: boolean, subject: boolean): string {
+function admissionSql(byKey: boolean, subject: boolean, hold: string | undefined): string {
   const k = byKey
-    ? `async_commit as (select set_config('synchronous_commit', 'off', true) as v), k as (
+    ? `k as (
          select k.id, k.name, k.workspace_id, w.name as workspace_name
            from ${API_KEY_FROM} cross join async_commit
           where ${ACTIVE_API_KEY_WHERE}
        ), ${TOUCH_API_KEY_CTE}`
-    : `k as (select null::uuid as id, null::text as name, ?::uuid as workspace_id, null::text as workspace_name)`;
-  return `with ${k}, a as (
+    : `k as (select ?::uuid as id, null::text as name, ?::uuid as workspace_id, null::text as workspace_name
+               from async_commit)`;
+  const holdCtes = hold
+    ? `, hold_src as (
+       select k.workspace_id,
+              (select coalesce(sum(least(length(h.content), ${HISTORY_ITEM_LIMIT})
+                                   + (length(h.content) > ${HISTORY_ITEM_LIMIT})::int), 0) from h)::bigint as extra_chars,
+              jsonb_build_object('workspaceId', k.workspace_id, 'apiKeyId', k.id,
+                                 'sessionId', coalesce(t.session_id, ?::text)) as usage_patch
+         from k cross join a left join t on true
+        where a.model_id is not distinct from ?::text and a.system_prompt is not distinct from ?::text
+          and (a.config -> 'controls' -> 'maxTokens') is not distinct from ?::jsonb
+          and (not ?::boolean or (select hits from rl) <= ?::int)
+          and (not ?::boolean or t.id is not null)
+     ), ${hold}`
+    : '';
+  return `with async_commit as (select set_config('synchronous_commit', 'off', true) as v), ${k}, a as (
        select a.* from apps a join k on a.workspace_id = k.workspace_id
         where a.id = ?::uuid and a.app_type = 'app'
      ), t as (
@@ -151,34 +180,61 @@ function admissionSql(byKey: boolean, subject: boolean): string {
      ), rl as (
        ${rateLimitUpsert(`select ? || k.workspace_id::text, ${RATE_LIMIT_WINDOW_START}, 1 from k
           where ?::boolean and exists (select 1 from a)`)}
-     )
+     )${holdCtes}
      select k.id as key_id, k.name as key_name, k.workspace_id, k.workspace_name,
             (select row_to_json(a) from a) as app, (select row_to_json(t) from t) as thread,
             (select json_agg(json_build_object('role', h.role, 'content', h.content) order by h.sequence_number)
                from h) as history,
-            rl.hits, rl.reset_in
+            rl.hits, rl.reset_in${hold ? `, exists (select 1 from hold_amt) as hold_tried, (select held from hold_upd) as held` : ''}
        from k left join rl on true`;
 }
 
 const ADMISSION_SQL = new Map<string, string>();
-const admission = (byKey: boolean, subject: boolean) => {
-  const key = `${byKey}:${subject}`;
+const admission = (byKey: boolean, subject: boolean, hold: StatementHold | undefined) => {
+  // The hold's CTEs are one constant text (metering's).
+  const key = `${byKey}:${subject}:${!!hold}`;
   let sql = ADMISSION_SQL.get(key);
   if (!sql) {
-    sql = admissionSql(byKey, subject);
+    sql = admissionSql(byKey, subject, hold?.ctes);
     ADMISSION_SQL.set(key, sql);
   }
   return sql;
 };
 
 /**
- * A turn's memory in ONE statement, after the model answered (or failed): the thread
- * (created for a new conversation, else its identity metadata and session merged in), its
- * counter bumped, and the user message and the reply (when there is one) numbered after it.
+ * What sized the last hold of an app in this process: its model, system prompt and
+ * `controls.maxTokens`. The next turn of the app sizes its hold from them before its admission
+ * and the admission takes it only if the app still has exactly those (else the hold is its
+ * own statement, as for an app not seen yet): nothing to invalidate, whoever edits the app.
  */
-const SAVE_TURN_SQL = `with th as (
+const HOLD_GUESSES = new Map<string, AppRow>();
+const HOLD_GUESSES_MAX = 10_000;
+const rememberApp = (app: AppRow) => {
+  if (HOLD_GUESSES.size >= HOLD_GUESSES_MAX && !HOLD_GUESSES.has(app.id)) {
+    const first = HOLD_GUESSES.keys().next();
+    if (!first.done) HOLD_GUESSES.delete(first.value);
+  }
+  HOLD_GUESSES.set(app.id, app);
+};
+/** `config.controls.maxTokens` as the admission compares it (`->` of the jsonb): JSON, or null when absent. */
+const maxTokensJson = (app: AppRow): string | null => {
+  const controls = app.config?.controls as Record<string, unknown> | undefined;
+  const v = controls && typeof controls === 'object' ? controls.maxTokens : undefined;
+  return v === undefined ? null : JSON.stringify(v);
+};
+
+const truthy = (v: unknown) => v === true || v === 't' || v === 'true';
+
+/**
+ * A turn's memory, after the model answered (or failed): the thread (created for a new
+ * conversation, else its identity metadata and session merged in), its counter bumped, and
+ * the user message and the reply (when there is one) numbered after it. `from`: what the
+ * thread's upsert selects from (the settlement's locked workspace row, so the workspace is
+ * locked before the thread, or nothing).
+ */
+const saveTurnCtes = (from: string) => `th as (
     insert into app_threads as t (id, workspace_id, app_id, session_id, metadata, message_count)
-    values (?::uuid, ?::uuid, ?::uuid, ?, ?::jsonb, ?::int)
+    select ?::uuid, ?::uuid, ?::uuid, ?, ?::jsonb, ?::int${from}
     on conflict (id) do update set
       metadata = t.metadata || excluded.metadata,
       session_id = coalesce(t.session_id, excluded.session_id),
@@ -195,8 +251,27 @@ const SAVE_TURN_SQL = `with th as (
       from th, jsonb_to_recordset(?::jsonb) as m(ord int, role text, content text, provider_status text,
            error_code text, latency_ms int, input_tokens int, output_tokens int, cost_micros bigint,
            metadata jsonb)
-  )
-  select id from th`;
+  )`;
+
+/** The memory alone (a meter that cannot settle in the statement). */
+const SAVE_TURN_SQL = `with ${saveTurnCtes('')} select id from th`;
+
+/**
+ * The settlement's CTEs (first: they lock the workspace row), then the memory, whose thread
+ * upsert selects from the locked row. One text per settlement text (a constant).
+ */
+const END_TURN = new Map<string, string>();
+const END_TURN_SQL = (settlement: string, columns: string) => {
+  let sql = END_TURN.get(settlement);
+  if (!sql) {
+    sql = `with ${settlement}, ${saveTurnCtes(' from stl_w')} select ${columns}, (select id from th) as thread_id`;
+    END_TURN.set(settlement, sql);
+  }
+  return sql;
+};
+
+/** Characters of a prompt, as `estimateUsage` counts them. */
+const promptChars = (messages: LlmMessage[]) => messages.reduce((n, m) => n + (m.content?.length ?? 0), 0);
 
 /** App chat (spec 4.6 / 6.2): one turn = user message stored, model streamed, reply stored, credits debited. */
 export class AppChatService {
@@ -207,11 +282,14 @@ export class AppChatService {
 
   /**
    * Everything that can fail before the model is called, as plain errors (so a stream answers
-   * with a JSON error status, not an event), in two statements: the admission (key, app,
-   * thread and history, rate limit) and the credit hold. In order: 401 (key), the body's 400
-   * (`invalid`), 401 `Unauthorized or app not found`, the model's 400/503, 429, 404
-   * `Thread not found`, 402 `Insufficient credits`. Nothing is stored yet: the thread and the
-   * messages are written in one statement when the turn ends (`run`).
+   * with a JSON error status, not an event), in ONE statement: the admission (key, app, thread
+   * and history, rate limit) with the credit hold (sized from what the app had at its last
+   * turn in this process, checked by the statement; the first turn of an app in a process, or
+   * after the app's model, system prompt or `maxTokens` changed, takes the hold in a second
+   * statement). In order: 401 (key), the body's 400 (`invalid`), 401 `Unauthorized or app not
+   * found`, the model's 400/503, 429, 404 `Thread not found`, 402 `Insufficient credits`
+   * (nothing held or written). Nothing is stored yet: the thread and the messages are written
+   * with the settlement in one statement when the turn ends (`run`).
    */
   async prepare(
     caller: AppChatCaller,
@@ -228,8 +306,38 @@ export class AppChatService {
     const w = rule?.windowSeconds ?? 60;
     const scopedOut = !isUuid(appId) || (given?.appId !== undefined && given.appId !== appId);
     const threadParam = input?.threadId !== undefined && isUuid(input.threadId) ? input.threadId : null;
-    const rows = await this.deps.db.execute<AdmissionRow[]>(admission(!given, !!subject), [
-      'apiKey' in caller ? hashApiKey(caller.apiKey) : (given as Principal).workspaceId,
+    const newThreadId = randomUUID();
+    // The hold, sized before the statement from what the app had last time.
+    const guess = !invalid && input && !scopedOut ? HOLD_GUESSES.get(appId) : undefined;
+    let hold: StatementHold | undefined;
+    let guessed: ModelInfo | undefined;
+    if (guess && input) {
+      try {
+        guessed = this.deps.models.resolve('chat', guess.model_id);
+      } catch {
+        guessed = undefined;
+      }
+      if (guessed) {
+        hold = this.deps.metering.holdInStatement(
+          {
+            appId,
+            threadId: threadParam ?? newThreadId,
+            requestId: this.requestId,
+            endpoint,
+            model: guessed,
+            meter: 'credits',
+          },
+          {
+            inputChars: promptChars(buildPrompt(guess, input, [])),
+            maxTokens: { ...appControls(guess), ...(input.controls ?? {}) }.maxTokens,
+          },
+        );
+      }
+    }
+    const rows = await this.deps.db.execute<AdmissionRow[]>(admission(!given, !!subject, hold), [
+      ...('apiKey' in caller
+        ? [hashApiKey(caller.apiKey)]
+        : [(given as Principal).keyId ?? null, (given as Principal).workspaceId]),
       scopedOut ? null : appId,
       threadParam,
       ...(subject ? [subject] : []),
@@ -239,6 +347,18 @@ export class AppChatService {
       w,
       limited,
       w,
+      ...(hold && guess
+        ? [
+            input?.sessionId ?? null,
+            guess.model_id,
+            guess.system_prompt,
+            maxTokensJson(guess),
+            limited,
+            rule?.limit ?? 0,
+            input?.threadId !== undefined,
+            ...hold.params,
+          ]
+        : []),
     ]);
     const row = rows[0];
     if (!row) throw new AppError(401, 'Invalid API key');
@@ -250,51 +370,76 @@ export class AppChatService {
         workspace_id: row.workspace_id,
         workspace_name: row.workspace_name ?? '',
       });
-    onPrincipal?.(principal);
-    if (invalid || !input) throw invalid ?? new AppError(400, INVALID_REQUEST_BODY);
-    const app = row.app;
-    if (!app) throw appNotFound();
-    const model = this.deps.models.resolve('chat', app.model_id);
-    const headers = limited && rule ? rateLimitHeaders(rule, Number(row.hits), Number(row.reset_in)) : {};
-    if (input.threadId !== undefined && !row.thread) throw threadNotFound();
     const thread0 = row.thread;
-    const threadId = thread0?.id ?? randomUUID();
-    const controls = { ...appControls(app), ...(input.controls ?? {}) };
-    const messages = buildPrompt(app, input, row.history ?? []);
-    // 402 `Insufficient credits` up front, holding the prompt's cost and the expected reply
-    // (capped by maxTokens); topped up while a longer reply streams.
-    const meter = await this.deps.metering.startGeneration(
-      {
-        workspaceId: principal.workspaceId,
-        apiKeyId: principal.keyId ?? null,
-        appId: app.id,
-        threadId,
-        sessionId: thread0?.session_id ?? input.sessionId ?? null,
-        requestId: this.requestId,
-        endpoint,
-        model,
-        meter: 'credits',
-        insufficientMessage: INSUFFICIENT_CREDITS,
-      },
-      { inputTokens: estimateUsage(messages, '').inputTokens, maxTokens: controls.maxTokens },
-    );
-    return {
-      principal,
-      app,
-      model,
-      threadId,
-      identity: identityMetadata(input, principal),
-      sessionId: input.sessionId ?? null,
-      turnId: newTurnId(),
-      message: input.message,
-      callerRole: input.role,
-      messages,
-      temperature: controls.temperature,
-      maxTokens: controls.maxTokens,
+    const meterInput = (model: ModelInfo, app: AppRow) => ({
+      workspaceId: principal.workspaceId,
+      apiKeyId: principal.keyId ?? null,
+      appId: app.id,
+      threadId: thread0?.id ?? newThreadId,
+      sessionId: thread0?.session_id ?? input?.sessionId ?? null,
+      requestId: this.requestId,
       endpoint,
-      meter,
-      headers,
-    };
+      model,
+      meter: 'credits' as const,
+      insufficientMessage: INSUFFICIENT_CREDITS,
+    });
+    // The hold the statement took (it did only when every check below passes).
+    const tried = hold !== undefined && truthy(row.hold_tried);
+    const held = tried && row.held !== null && row.held !== undefined ? Number(row.held) : undefined;
+    let meter: GenerationMeter | undefined;
+    try {
+      onPrincipal?.(principal);
+      if (invalid || !input) throw invalid ?? new AppError(400, INVALID_REQUEST_BODY);
+      const app = row.app;
+      if (!app) throw appNotFound();
+      // What the app's next turn sizes its hold from (whatever this turn's outcome).
+      if (!tried) rememberApp(app);
+      const model = this.deps.models.resolve('chat', app.model_id);
+      const headers = limited && rule ? rateLimitHeaders(rule, Number(row.hits), Number(row.reset_in)) : {};
+      if (input.threadId !== undefined && !thread0) throw threadNotFound();
+      const controls = { ...appControls(app), ...(input.controls ?? {}) };
+      const messages = buildPrompt(app, input, row.history ?? []);
+      const inputTokens = estimateUsage(messages, '').inputTokens;
+      if (held !== undefined && hold) {
+        meter = hold.adopt(meterInput(model, app), held, inputTokens);
+      } else if (tried) {
+        throw insufficientCredits(INSUFFICIENT_CREDITS);
+      } else {
+        // 402 `Insufficient credits` up front, holding the prompt's cost and the expected
+        // reply (capped by maxTokens); topped up while a longer reply streams.
+        meter = await this.deps.metering.startGeneration(meterInput(model, app), {
+          inputTokens,
+          maxTokens: controls.maxTokens,
+        });
+      }
+      return {
+        principal,
+        app,
+        model,
+        threadId: thread0?.id ?? newThreadId,
+        identity: identityMetadata(input, principal),
+        sessionId: input.sessionId ?? null,
+        turnId: newTurnId(),
+        message: input.message,
+        callerRole: input.role,
+        messages,
+        temperature: controls.temperature,
+        maxTokens: controls.maxTokens,
+        endpoint,
+        meter,
+        headers,
+      };
+    } catch (err) {
+      // Not reached with a hold taken (it is taken only when every check passes); if it is,
+      // the hold goes back whole.
+      if (held !== undefined && hold && guessed && !meter) {
+        await hold
+          .adopt(meterInput(guessed, { id: appId } as AppRow), held, 0)
+          .release()
+          .catch((e) => this.deps.log.error({ err: e }, 'app chat: could not release a hold'));
+      }
+      throw err;
+    }
   }
 
   /**
@@ -378,8 +523,18 @@ export class AppChatService {
     throw new AppError(502, 'AI service is temporarily unavailable', 'MODEL_ERROR');
   }
 
-  /** Writes the thread and the turn's messages (one statement; see `SAVE_TURN_SQL`). */
-  private async save(turn: PreparedTurn, messages: TurnMessage[]): Promise<void> {
+  /**
+   * The end of a turn in ONE statement (one transaction): the settlement of the hold with its
+   * usage record (`settlementInStatement`) and the memory (`saveTurnCtes`: the thread and the
+   * turn's messages), committed (synchronously) before `done`/`error` is sent. If it fails,
+   * neither is written: the hold is then settled on its own (`finish`) and the error goes on.
+   * A meter that cannot settle in a statement writes the memory and settles side by side.
+   */
+  private async end(
+    turn: PreparedTurn,
+    messages: TurnMessage[],
+    status: 'success' | 'error' | 'aborted',
+  ): Promise<void> {
     const rows = messages.map((m, i) => ({
       ord: i + 1,
       role: m.role,
@@ -392,7 +547,7 @@ export class AppChatService {
       cost_micros: m.costMicros ?? 0,
       metadata: m.metadata,
     }));
-    await this.deps.db.execute(SAVE_TURN_SQL, [
+    const save = [
       turn.threadId,
       turn.principal.workspaceId,
       turn.app.id,
@@ -403,7 +558,23 @@ export class AppChatService {
       this.requestId,
       turn.turnId,
       JSON.stringify(rows),
-    ]);
+    ];
+    const stl = turn.meter.settlementInStatement(status);
+    if (!stl) {
+      await Promise.all([this.deps.db.execute(SAVE_TURN_SQL, save), turn.meter.finish(status)]);
+      return;
+    }
+    let result: { stl_delta: unknown; stl_change: unknown }[];
+    try {
+      result = await this.deps.db.execute(END_TURN_SQL(stl.ctes, stl.columns), [...stl.params, ...save]);
+    } catch (err) {
+      stl.failed();
+      await turn.meter
+        .finish(status)
+        .catch((e) => this.deps.log.error({ err: e }, 'app chat: could not settle the turn'));
+      throw err;
+    }
+    stl.committed(result[0] ?? { stl_delta: null, stl_change: null });
   }
 
   private userMessage(turn: PreparedTurn, status: string, extra: Partial<TurnMessage> = {}): TurnMessage {
@@ -423,9 +594,9 @@ export class AppChatService {
     latencyMs: number,
   ): Promise<Extract<ChatStreamEvent, { type: 'done' }>> {
     const costMicros = turn.meter.costMicros();
-    // The memory and the settlement (with its usage record) are independent statements.
-    await Promise.all([
-      this.save(turn, [
+    await this.end(
+      turn,
+      [
         this.userMessage(turn, 'success'),
         {
           role: 'assistant',
@@ -437,9 +608,9 @@ export class AppChatService {
           costMicros,
           metadata: { model: turn.model.id, ...(usage.estimated ? { usageEstimated: true } : {}) },
         },
-      ]),
-      turn.meter.finish('success'),
-    ]);
+      ],
+      'success',
+    );
     const window = turn.model.contextWindow > 0 ? usage.inputTokens / turn.model.contextWindow : 0;
     return {
       type: 'done',
@@ -460,10 +631,7 @@ export class AppChatService {
 
   private async fail(turn: PreparedTurn, status: 'error' | 'aborted', code: string, latencyMs: number) {
     // Streamed output so far is charged (the upstream produced it); input is unknown.
-    await Promise.all([
-      this.save(turn, [this.userMessage(turn, status, { errorCode: code, latencyMs })]),
-      turn.meter.finish(status),
-    ]);
+    await this.end(turn, [this.userMessage(turn, status, { errorCode: code, latencyMs })], status);
   }
 }
 
