@@ -1,4 +1,4 @@
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { once } from 'node:events';
 import fs from 'node:fs';
 import net from 'node:net';
@@ -12,6 +12,18 @@ const ROOT = path.resolve(SERVER_DIR, '../..');
 const GRACE_MS = 3000;
 const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'aisuite-start-'));
 afterAll(() => fs.rmSync(dataDir, { recursive: true, force: true }));
+
+/** Bytes the server has not read yet on its side of the connection from `clientPort`. */
+function serverRecvQ(port: number, clientPort: number): number | undefined {
+  const line = execFileSync(
+    'ss',
+    ['-tnH', 'state', 'established', `( sport = :${port} and dport = :${clientPort} )`],
+    {
+      encoding: 'utf8',
+    },
+  ).trim();
+  return line ? Number(line.split(/\s+/)[0]) : undefined;
+}
 
 const alive = (pid: number) => {
   try {
@@ -87,6 +99,13 @@ describe('pnpm start', () => {
       };
       const finishing = await open();
       const stalled = await open();
+      // The server has read both partial requests (its sockets' receive queues are empty), so
+      // they are requests in flight when the signal comes, not unread bytes on idle connections.
+      for (const s of [finishing, stalled]) {
+        await expect
+          .poll(() => serverRecvQ(Number(port), s.socket.localPort as number), { timeout: 30_000 })
+          .toBe(0);
+      }
 
       const exited = once(child, 'exit');
       child.kill('SIGTERM'); // the pnpm process only
