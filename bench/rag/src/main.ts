@@ -351,7 +351,7 @@ async function startServerChild(kind: string, fake: FakeOpenAI): Promise<Child> 
     await cleanup();
     throw err;
   }
-  const client = new AiSuite({ baseURL: ready.url, timeout: 3_600_000 });
+  const client = new AiSuite({ baseURL: ready.url, timeout: 3_600_000, fetch: patientFetch });
   await client.auth.signIn({ email, password });
   return {
     proc,
@@ -371,6 +371,26 @@ async function startServerChild(kind: string, fake: FakeOpenAI): Promise<Child> 
     close: cleanup,
   };
 }
+
+const UNDICI_DISPATCHER = Symbol.for('undici.globalDispatcher.1');
+let patientDispatcher: unknown;
+/**
+ * `fetch` without undici's 300 s wait for response headers: an upload indexed within its request
+ * can take longer than that on PGlite (a 100 MB CSV), and the SDK's `timeout` does not lift
+ * undici's own. Node bundles undici without exporting its `Agent`: one is made with the
+ * constructor of the global dispatcher, which exists once a first `fetch` has run (the sign-in).
+ */
+const patientFetch: typeof fetch = (input, init) => {
+  const global = (
+    globalThis as unknown as Record<symbol, { constructor: new (o: object) => unknown } | undefined>
+  )[UNDICI_DISPATCHER];
+  if (!patientDispatcher && global)
+    patientDispatcher = new global.constructor({ headersTimeout: 0, bodyTimeout: 0 });
+  return fetch(input, {
+    ...init,
+    ...(patientDispatcher ? { dispatcher: patientDispatcher } : {}),
+  } as RequestInit);
+};
 
 /** VmRSS and VmHWM of a process, in bytes, from /proc (independent of its event loop). */
 function procRss(pid: number): { rss: number; hwm: number } {

@@ -34,14 +34,18 @@ function mem() {
   };
 }
 
-process.send?.({ type: 'ready', url, pid: process.pid });
+/** To the bench, unless it is gone (then `disconnect` below closes the server). */
+const reply = (msg: object) => {
+  if (process.connected) process.send?.(msg, undefined, undefined, () => {});
+};
+reply({ type: 'ready', url, pid: process.pid });
 process.on('message', (msg: { type: string }) => {
-  if (msg.type === 'mem') process.send?.({ type: 'mem', ...mem() });
+  if (msg.type === 'mem') reply({ type: 'mem', ...mem() });
   else if (msg.type === 'gc') {
     const gc = (globalThis as { gc?: () => void }).gc;
     gc?.();
     gc?.();
-    process.send?.({ type: 'gc', collected: Boolean(gc), ...mem() });
+    reply({ type: 'gc', collected: Boolean(gc), ...mem() });
   }
 });
 process.on('disconnect', () => {
