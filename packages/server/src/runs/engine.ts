@@ -7,6 +7,7 @@ import type { RunBus } from './bus.js';
 import { EventWriter, LiveLog } from './live-log.js';
 import { type NewRun, runStore } from './store.js';
 import {
+  type FinalWrites,
   isTerminalEvent,
   type RunEvent,
   type RunExecution,
@@ -22,9 +23,9 @@ export interface RunEngineOptions {
   em: () => EntityManager;
   /**
    * The plain pool (`db/sql.ts`): the end of an execution (`finish`) runs there as one
-   * statement, off the ORM (decision 0021 §10). Without it, the ORM transaction.
+   * statement, off the ORM (decision 0021 §10), with the executor's final writes (§14).
    */
-  sql?: SqlExecutor;
+  sql: SqlExecutor;
   log: Logger;
   bus: RunBus;
   /** How long a lease lasts without a heartbeat (ms). */
@@ -432,6 +433,8 @@ export class RunEngine {
         controller.signal.reason !== undefined &&
         outcome.status !== 'failed'
       ) {
+        // The end statement will not carry the final writes: only what goes beside it.
+        if (outcome.status === 'completed') await outcome.final?.beside?.();
         await this.afterAbort(run, live, controller.signal.reason);
         return;
       }
@@ -445,7 +448,7 @@ export class RunEngine {
         // A result may have arrived before the lease was released.
         if (await runStore.unpark(em(), run.id)) this.kick();
       } else if (outcome.status === 'completed') {
-        await this.finish(live, 'completed', outcome.payload ?? {});
+        await this.finish(live, 'completed', outcome.payload ?? {}, null, outcome.final);
       } else {
         await this.finish(live, 'failed', { error: outcome.error }, outcome.error);
       }
@@ -471,7 +474,7 @@ export class RunEngine {
         pending,
         this.notification(run.id),
       );
-      if (ev) this.deliverTerminal(live, ev);
+      if (ev) this.deliverWritten(live, ev);
       return;
     }
     if (reason !== 'shutdown') return; // lease lost: someone else owns the outcome
@@ -505,41 +508,43 @@ export class RunEngine {
   }
 
   /**
-   * Ends the run: its unwritten events, the status change and the terminal event in one
-   * transaction (so whatever the executor made durable before returning, the final assistant
-   * message included, precedes the terminal event), then readers here are shown it.
+   * Ends the run in one statement: its unwritten events, the executor's final writes (its last
+   * events, e.g. `message.completed`, and rows, e.g. the final assistant message; decision 0021
+   * §14), the status change and the terminal event commit together (so the final message is
+   * durable before the terminal event); what the executor writes beside it (the settlement)
+   * runs in parallel. Then readers here are shown the last events and the terminal one.
    */
   private async finish(
     live: LiveLog,
     status: 'completed' | 'failed',
     payload: Record<string, unknown>,
     error: string | null = null,
+    final?: FinalWrites,
   ): Promise<void> {
-    const pending = await this.writer.drain(live);
-    const ev = this.opts.sql
-      ? await runStore.finishOwned(
-          this.opts.sql,
-          live.runId,
-          this.workerId,
-          status,
-          payload,
-          error,
-          pending,
-          this.notification(live.runId),
-        )
-      : await runStore.finish(
-          this.opts.em(),
-          live.runId,
-          this.workerId,
-          status,
-          payload,
-          error,
-          pending,
-          this.notification(live.runId),
-        );
-    if (ev) this.deliverTerminal(live, ev);
+    const beside = final?.beside?.();
+    let res: Awaited<ReturnType<typeof runStore.finishOwned>>;
+    const last: RunEvent[] = [];
+    try {
+      const pending = await this.writer.drain(live);
+      for (const e of final?.events ?? []) last.push(live.reserve(e.type, e.payload));
+      res = await runStore.finishOwned(
+        this.opts.sql,
+        live.runId,
+        this.workerId,
+        status,
+        payload,
+        error,
+        [...pending, ...last],
+        this.notification(live.runId),
+        final,
+      );
+    } finally {
+      await beside;
+    }
+    if (res.owned) for (const ev of last) this.deliverWritten(live, ev);
+    if (res.terminal) this.deliverWritten(live, res.terminal);
     else {
-      // Cancelled meanwhile (the lease kept for us; `finish` wrote the pending events), or
+      // Cancelled meanwhile (the lease kept for us; `finishOwned` wrote the pending events), or
       // the lease was lost (nothing of ours is written any more).
       const cancelled = await runStore.finishCancel(
         this.opts.em(),
@@ -548,12 +553,15 @@ export class RunEngine {
         [],
         this.notification(live.runId),
       );
-      if (cancelled) this.deliverTerminal(live, cancelled);
+      if (cancelled) this.deliverWritten(live, cancelled);
     }
   }
 
-  /** Readers elsewhere learn of it from the NOTIFY sent in the same transaction. */
-  private deliverTerminal(live: LiveLog, ev: RunEvent): void {
+  /**
+   * An event written by the end statement, shown to readers here after everything before it
+   * (readers elsewhere learn of it from the NOTIFY sent in the same transaction).
+   */
+  private deliverWritten(live: LiveLog, ev: RunEvent): void {
     live.markWritten(ev.seq - 1);
     live.appendWritten(ev);
   }

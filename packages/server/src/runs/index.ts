@@ -26,7 +26,7 @@ export function createRunEngine(opts: {
   log: Logger;
   em: () => EntityManager;
   /** The plain pool: the end of each execution is one statement there (decision 0021 §10). */
-  sql?: SqlExecutor;
+  sql: SqlExecutor;
   onSweep?: () => Promise<unknown>;
 }): RunEngine {
   const env = opts.config.env;

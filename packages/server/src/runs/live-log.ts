@@ -59,7 +59,15 @@ export class LiveLog {
     return ev;
   }
 
-  /** An event written by someone else (the terminal event), after everything here. */
+  /**
+   * The next sequence for an event the end statement writes (decision 0021 §14), neither
+   * shown nor handed to the writer: `appendWritten` shows it once that statement committed.
+   */
+  reserve(type: string, payload: Record<string, unknown>): RunEvent {
+    return { runId: this.runId, seq: this.nextSeq++, type, payload, createdAt: new Date() };
+  }
+
+  /** An event written by the end statement (the terminal event), after everything here. */
   appendWritten(ev: RunEvent): void {
     this.events.push(ev);
     this.nextSeq = ev.seq + 1;

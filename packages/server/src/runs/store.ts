@@ -521,8 +521,11 @@ export const runStore = {
    * the run is still live — the status, `last_seq`, the lease released, its pending tool calls
    * failed, the terminal event after the written ones, and the batch's NOTIFY. One statement is
    * one transaction: the terminal event commits with everything before it or not at all. When
-   * the run was cancelled meanwhile (the lease kept for us) the events are written and null is
-   * returned (the caller writes `run.cancelled`); null too when the lease is no longer ours.
+   * the run was cancelled meanwhile (the lease kept for us) the events are written and no
+   * terminal is returned (the caller writes `run.cancelled`); none either, and `owned` false,
+   * when the lease is no longer ours (nothing of the run is written then). `final`: the
+   * executor's own CTEs, written in the same statement (decision 0021 §14; see `FinalWrites`):
+   * `owned` there holds the run's id when the lease is ours.
    */
   async finishOwned(
     db: SqlExecutor,
@@ -533,7 +536,8 @@ export const runStore = {
     error: string | null,
     pending: RunEvent[],
     notify?: { channel: string; payload: string },
-  ): Promise<RunEvent | null> {
+    final?: { ctes: string; params: unknown[] },
+  ): Promise<{ terminal: RunEvent | null; owned: boolean }> {
     const live = `r.status in ('pending', 'running')`;
     const rows = await db.execute<Row[]>(
       `with ev as (
@@ -563,8 +567,9 @@ export const runStore = {
          insert into run_events (run_id, seq, type, payload)
          select upd.id, upd.last_seq, ?::text, ?::jsonb from upd where upd.ended
          returning run_id, seq, type, payload, created_at
-       )${notify ? ', n as (select pg_notify(?::text, ?::text) as sent from upd)' : ''}
-       select term.*, (select count(*) from ins) as written, (select count(*) from tc) as failed_calls${notify ? ', (select count(*) from n) as notified' : ''}
+       )${final?.ctes ? `, owned as (select id from upd), ${final.ctes}` : ''}${notify ? ', n as (select pg_notify(?::text, ?::text) as sent from upd)' : ''}
+       select term.*, (select count(*) from upd) as owned_rows, (select count(*) from ins) as written,
+         (select count(*) from tc) as failed_calls${notify ? ', (select count(*) from n) as notified' : ''}
          from (select 1) one left join term on true`,
       [
         JSON.stringify(
@@ -577,11 +582,12 @@ export const runStore = {
         `Run ${status}`,
         `run.${status}`,
         JSON.stringify({ runId, ...payload }),
+        ...(final?.ctes ? final.params : []),
         ...(notify ? [notify.channel, notify.payload] : []),
       ],
     );
-    const r = rows[0];
-    return r && r.seq != null ? toEvent(r) : null;
+    const r = rows[0] as Row;
+    return { terminal: r.seq != null ? toEvent(r) : null, owned: Number(r.owned_rows) > 0 };
   },
 
   /**

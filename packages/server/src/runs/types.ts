@@ -77,9 +77,37 @@ export interface RunExecution {
  * `waiting = true` until every pending tool call of it is resolved, then any worker resumes it.
  */
 export type RunOutcome =
-  | { status: 'completed'; payload?: Record<string, unknown> }
+  | { status: 'completed'; payload?: Record<string, unknown>; final?: FinalWrites }
   | { status: 'failed'; error: string }
   | { status: 'waiting' };
+
+/**
+ * What an executor writes with the end of its run (decision 0021 §14): its last events and
+ * rows go in the one statement that writes the run's terminal event, so the final assistant
+ * message and the terminal event commit together, in one round trip; what must be written
+ * whatever happens to the run (a settlement) runs beside that statement, in parallel.
+ */
+export interface FinalWrites {
+  /**
+   * Events after the executor's last one, before the terminal event (e.g. `message.completed`).
+   * Written only while the lease is this worker's; shown to readers after the commit.
+   */
+  events: { type: string; payload: Record<string, unknown> }[];
+  /**
+   * CTEs (`name as (…)`, comma-separated; names other than the engine's `ev`, `upd`, `ins`,
+   * `tc`, `term`, `n`) added to that statement, with their parameters. `owned` holds the run's
+   * id when the lease is this worker's (the statement writes the run's events): rows that
+   * belong to the run select from it, so a lost lease writes none of them.
+   */
+  ctes: string;
+  params: unknown[];
+  /**
+   * Written beside the end statement, in parallel, and awaited before the terminal event is
+   * shown here; run as well when the end statement is not (cancelled or lease lost meanwhile,
+   * shutdown). Must not throw.
+   */
+  beside?(): Promise<void>;
+}
 
 export interface RunExecutor {
   kind: RunKind;

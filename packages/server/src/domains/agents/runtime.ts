@@ -1,8 +1,10 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import type { EntityManager } from '@mikro-orm/postgresql';
+import type { Logger } from 'pino';
 import type { ServerDeps } from '../../context.js';
+import type { SqlExecutor } from '../../db/sql.js';
 import { AppError } from '../../http/errors.js';
-import type { Metering } from '../../metering/types.js';
+import type { GenerationMeter, Metering } from '../../metering/types.js';
 import type {
   LlmMessage,
   LlmProvider,
@@ -13,7 +15,7 @@ import type {
 } from '../../providers/llm.js';
 import { estimateTokens, messageChars } from '../../providers/openai-provider.js';
 import { webSearchProvidersFromEnv } from '../../providers/web-search.js';
-import type { RunExecution, RunExecutor, RunKind, RunOutcome } from '../../runs/index.js';
+import type { FinalWrites, RunExecution, RunExecutor, RunKind, RunOutcome } from '../../runs/index.js';
 import { RunGoneError, runStore } from '../../runs/index.js';
 import { effectiveConfig } from './config.js';
 import { parseAllowlist } from './outbound.js';
@@ -38,6 +40,13 @@ const INSUFFICIENT = 'Insufficient credits. Please purchase additional credits t
 const num = (v: string | undefined, d: number) => (v && Number.isFinite(Number(v)) ? Number(v) : d);
 
 type Row = Record<string, unknown>;
+
+/** A model call's reply; `meter` is left unsettled for a final reply (settled with the run's end). */
+interface ModelReply {
+  text: string;
+  toolCalls: ToolCall[];
+  meter?: GenerationMeter;
+}
 
 /**
  * The assist-mode turn: call the model with the agent's tools, stream text deltas, run the
@@ -146,7 +155,7 @@ export class TurnExecutor implements RunExecutor {
       const defs = [...toolset.tools.values()].map((t) => t.definition);
       while (state.iterations < config.compute.maxIterations) {
         state.iterations++;
-        let reply: { text: string; toolCalls: ToolCall[] };
+        let reply: ModelReply;
         try {
           reply = await this.callModel(exec, model, state.messages, defs, signal);
         } catch (err) {
@@ -157,12 +166,17 @@ export class TurnExecutor implements RunExecutor {
           if (exec.signal.aborted) throw err;
           return this.fail(exec, err);
         }
+        if (reply.toolCalls.length === 0) {
+          // The final message, `message.completed` and the settlement go with the end of the run.
+          return {
+            status: 'completed',
+            payload: {},
+            final: turnFinalWrites(run, reply.text, reply.meter, this.deps.db.sql, this.deps.log),
+          };
+        }
         if (reply.text) {
           const messageId = await this.saveMessage(run, 'assistant', reply.text, {});
           await exec.emit('message.completed', { runId: run.id, messageId, content: reply.text });
-        }
-        if (reply.toolCalls.length === 0) {
-          return { status: 'completed', payload: {} };
         }
         state.messages.push({ role: 'assistant', content: reply.text || null, toolCalls: reply.toolCalls });
         for (const call of reply.toolCalls) {
@@ -177,7 +191,10 @@ export class TurnExecutor implements RunExecutor {
       await exec.emit('error', { code: 'MAX_ITERATIONS', message: error });
       return { status: 'failed', error };
     } finally {
-      await toolset?.close();
+      // A failing close must not lose the outcome (a final reply's settlement rides on it).
+      await toolset
+        ?.close()
+        .catch((err) => this.deps.log.warn({ err, runId: run.id }, 'closing the toolset failed'));
     }
   }
 
@@ -220,7 +237,7 @@ export class TurnExecutor implements RunExecutor {
     messages: LlmMessage[],
     tools: ToolDefinition[],
     signal: AbortSignal,
-  ): Promise<{ text: string; toolCalls: ToolCall[] }> {
+  ): Promise<ModelReply> {
     const { run } = exec;
     const llm = this.deps.llm as LlmProvider;
     // The hold covers the prompt (messages and tool definitions, ~4 characters per token)
@@ -257,6 +274,8 @@ export class TurnExecutor implements RunExecutor {
           meter?.addUsage(part.usage);
         }
       }
+      // A final reply (no tool calls) is settled by the statement that ends the run.
+      if (toolCalls.length === 0 && meter) return { text, toolCalls, meter };
       await meter?.finish('success');
       return { text, toolCalls };
     } catch (err) {
@@ -372,6 +391,71 @@ export class TurnExecutor implements RunExecutor {
     await exec.emit('error', { code: 'MAX_WALL_CLOCK', message: error });
     return { status: 'failed', error };
   }
+}
+
+/**
+ * The end of a turn that answered (decision 0021 §14): the assistant message (with the
+ * session's `last_message_at`) and its `message.completed` event are written by the statement
+ * that ends the run, only while the lease is ours (`owned`). The model call's settlement and
+ * its usage record are one statement of their own beside it, in parallel (whatever happened to
+ * the run): folded into the end statement, the workspace's balance row would stay locked
+ * through that statement's NOTIFY-serialised commit, and every turn's hold waits on that row.
+ */
+export function turnFinalWrites(
+  run: RunExecution['run'],
+  text: string,
+  meter: GenerationMeter | undefined,
+  db: SqlExecutor,
+  log: Logger,
+): FinalWrites {
+  const messageId = randomUUID();
+  const ctes: string[] = [];
+  const params: unknown[] = [];
+  if (text && run.sessionId) {
+    ctes.push(`fmsg as (
+       insert into session_messages (id, workspace_id, session_id, run_id, role, content, metadata)
+       select ?::uuid, ?::uuid, ?::uuid, owned.id, 'assistant', ?::text, '{}'::jsonb from owned
+       returning session_id
+     ), ftouch as (
+       update agent_sessions set last_message_at = now() where id in (select session_id from fmsg)
+     )`);
+    params.push(messageId, run.workspaceId, run.sessionId, text);
+  }
+  return {
+    events: text ? [{ type: 'message.completed', payload: { runId: run.id, messageId, content: text } }] : [],
+    ctes: ctes.join(', '),
+    params,
+    beside: () =>
+      settleTurnCall(meter, db).catch((err) =>
+        log.error({ err, runId: run.id }, 'recording agent usage failed'),
+      ),
+  };
+}
+
+/** A model call's settlement and usage record in one statement (`finish` when that cannot be). */
+async function settleTurnCall(meter: GenerationMeter | undefined, db: SqlExecutor): Promise<void> {
+  const stl = meter?.settlementInStatement('success');
+  if (!stl) {
+    await meter?.finish('success');
+    return;
+  }
+  let rows: { stl_delta: unknown; stl_change: unknown }[];
+  try {
+    rows = await db.execute(
+      // Committed without waiting for the WAL flush (like the admission): the workspace's balance
+      // row, locked by every turn's hold and settlement, is released at once. A settlement lost
+      // in a database crash leaves its hold, which the sweep settles as a dead process's.
+      `with async_commit as (select set_config('synchronous_commit', 'off', true) as v), ${stl.ctes}
+       select ${stl.columns} from async_commit`,
+      stl.params,
+    );
+  } catch (err) {
+    // Nothing was written: settle the usual way.
+    stl.failed();
+    await meter?.finish('success');
+    throw err;
+  }
+  stl.committed(rows[0] ?? { stl_delta: null, stl_change: null });
 }
 
 async function loadAgent(em: EntityManager, appId: string, workspaceId: string): Promise<AgentRow | null> {
