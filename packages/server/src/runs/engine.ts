@@ -535,12 +535,16 @@ export class RunEngine {
         payload,
         error,
         [...pending, ...last],
-        this.notification(live.runId),
+        // No NOTIFY in this statement: its flushed commit would hold PostgreSQL's NOTIFY lock,
+        // which serialises every notifying commit (decision 0021 §15). Readers elsewhere are
+        // told with the node's next event batch.
+        undefined,
         final,
       );
     } finally {
       await beside;
     }
+    if (res.owned) this.writer.notifyLater(live.runId);
     if (res.owned) for (const ev of last) this.deliverWritten(live, ev);
     if (res.terminal) this.deliverWritten(live, res.terminal);
     else {

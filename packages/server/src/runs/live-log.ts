@@ -1,6 +1,6 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
 import type { Logger } from 'pino';
-import type { SqlExecutor } from '../db/sql.js';
+import { emExecutor, type SqlExecutor } from '../db/sql.js';
 import type { BusMessage } from './bus.js';
 import { runStore } from './store.js';
 import type { RunEvent, RunStatus } from './types.js';
@@ -161,6 +161,8 @@ export interface EventWriterOptions {
  */
 export class EventWriter {
   private dirty = new Set<LiveLog>();
+  /** Runs whose readers on other processes are told with the next batch's NOTIFY. */
+  private toNotify = new Set<string>();
   private queued = 0;
   private timer: NodeJS.Timeout | undefined;
   private chain: Promise<void> = Promise.resolve();
@@ -175,6 +177,17 @@ export class EventWriter {
     else if (!this.timer && !this.closed) {
       this.timer = setTimeout(() => this.flush(), this.opts.flushMs);
     }
+  }
+
+  /**
+   * Tells readers on other processes to look at `runId` again with the next batch's NOTIFY
+   * (within `flushMs`; a NOTIFY of its own when no event waits): for a statement that wrote a
+   * run's last events without a NOTIFY (decision 0021 §15). No-op without NOTIFY (PGlite).
+   */
+  notifyLater(runId: string): void {
+    if (!this.opts.notification({ t: 'events', runIds: [runId] })) return;
+    this.toNotify.add(runId);
+    if (!this.timer && !this.closed) this.timer = setTimeout(() => this.flush(), this.opts.flushMs);
   }
 
   /** Writes what waits now (after any write in flight). */
@@ -211,8 +224,13 @@ export class EventWriter {
       events.push(...evs);
     }
     this.dirty.clear();
-    if (events.length === 0) return;
-    const runIds = batch.map((b) => b.log.runId);
+    const told = [...this.toNotify];
+    this.toNotify.clear();
+    if (events.length === 0) {
+      if (told.length > 0) await this.notifyOnly(told);
+      return;
+    }
+    const runIds = [...new Set([...batch.map((b) => b.log.runId), ...told])];
     try {
       const statuses = await runStore.writeEvents(
         this.opts.sql ?? this.opts.em(),
@@ -222,6 +240,7 @@ export class EventWriter {
       );
       for (const { log, upTo } of batch) this.settle(log, upTo, statuses.get(log.runId));
     } catch (err) {
+      for (const id of told) this.toNotify.add(id);
       if (batch.length > 1) {
         // One bad run (deleted meanwhile) must not hold back the others: one run per statement.
         this.opts.log.warn({ err }, 'run event batch failed; writing run by run');
@@ -235,6 +254,20 @@ export class EventWriter {
         this.dirty.add(log);
       }
       if (!this.closed && !this.timer) this.timer = setTimeout(() => this.flush(), this.opts.flushMs * 4);
+    }
+  }
+
+  /** A NOTIFY alone (its transaction writes nothing: committed without waiting for a flush). */
+  private async notifyOnly(runIds: string[]): Promise<void> {
+    const n = this.opts.notification({ t: 'events', runIds });
+    if (!n) return;
+    try {
+      await (this.opts.sql ?? emExecutor(this.opts.em())).execute(
+        `select set_config('synchronous_commit', 'off', true), pg_notify(?::text, ?::text)`,
+        [n.channel, n.payload],
+      );
+    } catch (err) {
+      this.opts.log.warn({ err }, 'run events notify failed');
     }
   }
 
