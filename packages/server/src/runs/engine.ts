@@ -562,8 +562,9 @@ export class RunEngine {
   }
 
   /**
-   * An event written by the end statement, shown to readers here after everything before it
-   * (readers elsewhere learn of it from the NOTIFY sent in the same transaction).
+   * An event written by the end statement (or `run.cancelled`), shown to readers here after
+   * everything before it (readers elsewhere learn of it from a NOTIFY: the node's next batch's
+   * for the end statement, the statement's own for `run.cancelled`).
    */
   private deliverWritten(live: LiveLog, ev: RunEvent): void {
     live.markWritten(ev.seq - 1);
