@@ -250,7 +250,14 @@ describe('deadlines and recovery', () => {
 describe('rate limits', () => {
   it('answers 429 Rate limit exceeded for session creation and agent messages', async () => {
     const limited = await startTestServerWithFakeModel({
-      env: { RATE_LIMIT_SESSION_CREATE: '2', RATE_LIMIT_AGENT_MESSAGE: '1', RUN_POLL_INTERVAL_MS: '100' },
+      env: {
+        RATE_LIMIT_SESSION_CREATE: '2',
+        RATE_LIMIT_AGENT_MESSAGE: '1',
+        // Fixed windows: with the default minute, calls that straddle a minute boundary land in
+        // two windows and the third one passes (seen under load). A window of ~3 years never ends mid-test.
+        RATE_LIMIT_WINDOW_SECONDS: '100000000',
+        RUN_POLL_INTERVAL_MS: '100',
+      },
     });
     try {
       const lws = await createTestWorkspace(limited, { creditsUsd: '1' });
