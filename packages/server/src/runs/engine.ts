@@ -23,7 +23,7 @@ export interface RunEngineOptions {
   em: () => EntityManager;
   /**
    * The plain pool (`db/sql.ts`): the end of an execution (`finish`) runs there as one
-   * statement, off the ORM (decision 0021 §10), with the executor's final writes (§14).
+   * statement, off the ORM (decision 0021 §10), with the executor's final writes (§17).
    */
   sql: SqlExecutor;
   log: Logger;
@@ -510,7 +510,7 @@ export class RunEngine {
   /**
    * Ends the run in one statement: its unwritten events, the executor's final writes (its last
    * events, e.g. `message.completed`, and rows, e.g. the final assistant message; decision 0021
-   * §14), the status change and the terminal event commit together (so the final message is
+   * §17), the status change and the terminal event commit together (so the final message is
    * durable before the terminal event); what the executor writes beside it (the settlement)
    * runs in parallel. Then readers here are shown the last events and the terminal one.
    */
@@ -536,7 +536,7 @@ export class RunEngine {
         error,
         [...pending, ...last],
         // No NOTIFY in this statement: its flushed commit would hold PostgreSQL's NOTIFY lock,
-        // which serialises every notifying commit (decision 0021 §15). Readers elsewhere are
+        // which serialises every notifying commit (decision 0021 §18). Readers elsewhere are
         // told with the node's next event batch.
         undefined,
         final,

@@ -524,7 +524,7 @@ export const runStore = {
    * the run was cancelled meanwhile (the lease kept for us) the events are written and no
    * terminal is returned (the caller writes `run.cancelled`); none either, and `owned` false,
    * when the lease is no longer ours (nothing of the run is written then). `final`: the
-   * executor's own CTEs, written in the same statement (decision 0021 §14; see `FinalWrites`):
+   * executor's own CTEs, written in the same statement (decision 0021 §17; see `FinalWrites`):
    * `owned` there holds the run's id when the lease is ours.
    */
   async finishOwned(

@@ -394,7 +394,7 @@ export class TurnExecutor implements RunExecutor {
 }
 
 /**
- * The end of a turn that answered (decision 0021 §14): the assistant message (with the
+ * The end of a turn that answered (decision 0021 §17): the assistant message (with the
  * session's `last_message_at`) and its `message.completed` event are written by the statement
  * that ends the run, only while the lease is ours (`owned`). The model call's settlement and
  * its usage record are one statement of their own beside it, in parallel (whatever happened to
