@@ -403,6 +403,15 @@ export interface GenerationOptions {
   prepaidMicros?: number;
   /** The request's output limit: caps the expected reply the hold is sized for. */
   maxTokens?: number;
+  /**
+   * Commit the hold without waiting for the WAL flush (`synchronous_commit` off for its
+   * statement), as the one-statement admissions of `/chat` and app chat do. The workspace's
+   * balance row, which every hold and settlement of the workspace locks, is then released at
+   * commit instead of after the flush. A database crash may lose the last such holds: their
+   * turns' settlements then find no hold and charge nothing (an under-charge, never a double
+   * charge).
+   */
+  asyncCommit?: boolean;
 }
 
 /**
@@ -854,10 +863,12 @@ export class PgMetering implements Metering {
     row?: { id: string; usedMicros: number; inputTokens: number; record: Record<string, unknown> },
     /** How far below zero this hold may take the balance (what a companion hold prepaid for it). */
     prepaidMicros = 0,
+    /** Commit without waiting for the WAL flush (see `GenerationOptions.asyncCommit`). */
+    asyncCommit = false,
   ): Promise<boolean> {
     if (!Number.isSafeInteger(micros) || micros <= 0) throw new Error(`Invalid hold amount ${micros}`);
     const rows = await this.db().execute<{ after: string }[]>(
-      `with upd as (
+      `with async_commit as (select set_config('synchronous_commit', ?, true) as v), upd as (
          update workspaces set credit_balance_micros = credit_balance_micros - ?::bigint, updated_at = now()
          where id = ? and credit_balance_micros + ?::bigint >= ?::bigint
          returning id, credit_balance_micros as after
@@ -871,8 +882,9 @@ export class PgMetering implements Metering {
                 now() + (?::text || ' milliseconds')::interval
            from upd where ?::boolean
        )
-       select after from upd`,
+       select after from upd cross join async_commit`,
       [
+        asyncCommit ? 'off' : 'on',
         micros,
         workspaceId,
         Math.max(0, Math.floor(prepaidMicros)),
@@ -1393,6 +1405,7 @@ export class PgMetering implements Metering {
         record: record as unknown as Record<string, unknown>,
       },
       known(opts.prepaidMicros),
+      opts.asyncCommit === true,
     );
     if (!ok) throw insufficientCredits(input.insufficientMessage);
     this.leases.add(id);

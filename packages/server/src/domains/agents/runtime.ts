@@ -257,7 +257,8 @@ export class TurnExecutor implements RunExecutor {
         meter: 'credits',
         insufficientMessage: INSUFFICIENT,
       },
-      { inputTokens: estimateTokens(inputChars) },
+      // The balance row is released at commit, not after the WAL flush (decision 0021 §20).
+      { inputTokens: estimateTokens(inputChars), asyncCommit: true },
     );
     let text = '';
     const toolCalls: ToolCall[] = [];
