@@ -505,9 +505,10 @@ async function ingestOne(kind: string, fake: FakeOpenAI, f: IngestFile) {
     );
     const part = (m: MemReport) =>
       `rss ${mb(m.rss)}, heap ${mb(m.heapUsed)}/${mb(m.heapTotal)}, external ${mb(m.external)} (arrayBuffers ${mb(m.arrayBuffers)}), WASM ${mb(m.wasm)}`;
-    breakdowns.push(
-      `${f.label}: baseline ${part(baseMem)}; at the highest polled RSS ${part(atPeak)}; highest of each: heap used ${mb(highest.heapUsed)}, heap total ${mb(highest.heapTotal)}, external ${mb(highest.external)}, arrayBuffers ${mb(highest.arrayBuffers)}, WASM ${mb(highest.wasm)} (MB)`,
-    );
+    const breakdown = `${f.label}: baseline ${part(baseMem)}; at the highest polled RSS ${part(atPeak)}; highest of each: heap used ${mb(highest.heapUsed)}, heap total ${mb(highest.heapTotal)}, external ${mb(highest.external)}, arrayBuffers ${mb(highest.arrayBuffers)}, WASM ${mb(highest.wasm)} (MB)`;
+    breakdowns.push(breakdown);
+    // At once on stderr too (the list follows the table): a long run stopped early keeps it.
+    console.error(`memory: ${breakdown}`);
   } finally {
     await child.close();
   }
