@@ -130,6 +130,8 @@ export interface Metering {
       maxTokens?: number;
       extraMicros?: number;
       prepaidMicros?: number;
+      /** The hold commits without waiting for the WAL flush (`GenerationOptions.asyncCommit`). */
+      asyncCommit?: boolean;
     },
   ): Promise<GenerationMeter>;
   /** The hold `startGeneration` would take for such a call (sizes a companion hold's `extraMicros`). */
