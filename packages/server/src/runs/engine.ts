@@ -82,6 +82,16 @@ export class RunEngine {
   private loopDone: Promise<void> | undefined;
   private offWake: (() => void) | undefined;
   private lastSweep = 0;
+  /**
+   * Whether a claim may find a run when an execution ends (decision 0021 §21): wake-ups seen
+   * (a run queued, resumed or cancelled anywhere), and whether the last claim pass left kinds
+   * out for want of a slot. A turn that ended quietly — none of these since it started, and no
+   * turn queued behind it — starts no claim; the poll still claims every `pollMs`.
+   */
+  private wakesSeen = 0;
+  private starved = false;
+  /** Claim statements made by this process's worker loop (observability and tests). */
+  claimAttempts = 0;
 
   constructor(private readonly opts: RunEngineOptions) {
     this.leaseMs = opts.leaseMs ?? 30_000;
@@ -131,7 +141,10 @@ export class RunEngine {
   async start(): Promise<void> {
     await this.opts.bus.start();
     this.stopped = false;
-    this.offWake = this.opts.bus.onWake(() => this.kick());
+    this.offWake = this.opts.bus.onWake(() => {
+      this.wakesSeen++;
+      this.kick();
+    });
     if (this.concurrency > 0 || this.turnConcurrency > 0) this.loopDone = this.loop();
   }
 
@@ -302,9 +315,12 @@ export class RunEngine {
     while (!this.stopped) {
       try {
         await this.sweep();
+        this.starved = false;
         while (!this.stopped) {
           const kinds = this.claimableKinds();
+          if (kinds.length < this.executors.size) this.starved = true;
           if (kinds.length === 0) break;
+          this.claimAttempts++;
           const run = await runStore.claim(this.opts.em(), this.workerId, this.leaseMs, kinds);
           if (!run) break;
           this.execute(run);
@@ -359,15 +375,28 @@ export class RunEngine {
     this.logs.set(run.id, log);
     // Readers of this run waiting on the database switch to memory.
     this.opts.bus.localEvent(run.id);
-    void this.executeRun(run, controller, log, local).finally(() => {
-      offCancel();
-      if (this.logs.get(run.id) === log) this.logs.delete(run.id);
-      log.end();
-      this.active.delete(run.id);
-      finished();
-      // A finished run may unblock the next run of its serial key.
-      this.kick();
-    });
+    const wakesAtStart = this.wakesSeen;
+    void this.executeRun(run, controller, log, local).then(
+      (quiet) => this.ended(run, log, offCancel, finished, quiet && this.wakesSeen === wakesAtStart),
+      () => this.ended(run, log, offCancel, finished, false),
+    );
+  }
+
+  private ended(
+    run: RunRecord,
+    log: LiveLog,
+    offCancel: () => void,
+    finished: () => void,
+    quiet: boolean,
+  ): void {
+    offCancel();
+    if (this.logs.get(run.id) === log) this.logs.delete(run.id);
+    log.end();
+    this.active.delete(run.id);
+    finished();
+    // A finished run may unblock the next run of its serial key, or free the slot a pending
+    // run waits for. A turn that ended quietly unblocks nothing a claim could find now.
+    if (!(quiet && run.kind === 'turn' && !this.starved)) this.kick();
   }
 
   private async executeRun(
@@ -375,7 +404,7 @@ export class RunEngine {
     controller: AbortController,
     live: LiveLog,
     local?: Record<string, unknown>,
-  ): Promise<void> {
+  ): Promise<boolean> {
     const em = this.opts.em;
     const heartbeat = setInterval(
       () => {
@@ -395,7 +424,7 @@ export class RunEngine {
       if (run.recovered && run.attempts > run.maxAttempts) {
         await this.finish(live, 'failed', { error: WORKER_LOST_ERROR }, WORKER_LOST_ERROR);
         await this.tellFailed(run, WORKER_LOST_ERROR);
-        return;
+        return false;
       }
       if (run.recovered) log.warn({ attempt: run.attempts }, 'recovering a run whose worker died');
       const executor = this.executors.get(run.kind);
@@ -423,7 +452,7 @@ export class RunEngine {
       } catch (err) {
         if (controller.signal.aborted || err instanceof RunGoneError) {
           await this.afterAbort(run, live, controller.signal.reason);
-          return;
+          return false;
         }
         log.error({ err }, 'run executor failed');
         outcome = { status: 'failed', error: err instanceof Error ? err.message : String(err) };
@@ -436,7 +465,7 @@ export class RunEngine {
         // The end statement will not carry the final writes: only what goes beside it.
         if (outcome.status === 'completed') await outcome.final?.beside?.();
         await this.afterAbort(run, live, controller.signal.reason);
-        return;
+        return false;
       }
       if (outcome.status === 'waiting') {
         const pending = await this.writer.drain(live);
@@ -448,15 +477,16 @@ export class RunEngine {
         // A result may have arrived before the lease was released.
         if (await runStore.unpark(em(), run.id)) this.kick();
       } else if (outcome.status === 'completed') {
-        await this.finish(live, 'completed', outcome.payload ?? {}, null, outcome.final);
+        return await this.finish(live, 'completed', outcome.payload ?? {}, null, outcome.final);
       } else {
-        await this.finish(live, 'failed', { error: outcome.error }, outcome.error);
+        return await this.finish(live, 'failed', { error: outcome.error }, outcome.error);
       }
     } catch (err) {
       log.error({ err }, 'run execution failed');
     } finally {
       clearInterval(heartbeat);
     }
+    return false;
   }
 
   private notification(runId: string) {
@@ -513,6 +543,7 @@ export class RunEngine {
    * §17), the status change and the terminal event commit together (so the final message is
    * durable before the terminal event); what the executor writes beside it (the settlement)
    * runs in parallel. Then readers here are shown the last events and the terminal one.
+   * True when the run ended here with no run of its serial key queued behind it.
    */
   private async finish(
     live: LiveLog,
@@ -520,7 +551,7 @@ export class RunEngine {
     payload: Record<string, unknown>,
     error: string | null = null,
     final?: FinalWrites,
-  ): Promise<void> {
+  ): Promise<boolean> {
     const beside = final?.beside?.();
     let res: Awaited<ReturnType<typeof runStore.finishOwned>>;
     const last: RunEvent[] = [];
@@ -546,8 +577,10 @@ export class RunEngine {
     }
     if (res.owned) this.writer.notifyLater(live.runId);
     if (res.owned) for (const ev of last) this.deliverWritten(live, ev);
-    if (res.terminal) this.deliverWritten(live, res.terminal);
-    else {
+    if (res.terminal) {
+      this.deliverWritten(live, res.terminal);
+      return !res.queued;
+    } else {
       // Cancelled meanwhile (the lease kept for us; `finishOwned` wrote the pending events), or
       // the lease was lost (nothing of ours is written any more).
       const cancelled = await runStore.finishCancel(
@@ -559,6 +592,7 @@ export class RunEngine {
       );
       if (cancelled) this.deliverWritten(live, cancelled);
     }
+    return false;
   }
 
   /**

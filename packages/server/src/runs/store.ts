@@ -537,7 +537,7 @@ export const runStore = {
     pending: RunEvent[],
     notify?: { channel: string; payload: string },
     final?: { ctes: string; params: unknown[] },
-  ): Promise<{ terminal: RunEvent | null; owned: boolean }> {
+  ): Promise<{ terminal: RunEvent | null; owned: boolean; queued: boolean }> {
     const live = `r.status in ('pending', 'running')`;
     const rows = await db.execute<Row[]>(
       `with ev as (
@@ -554,7 +554,7 @@ export const runStore = {
            waiting = case when ${live} then false else r.waiting end,
            updated_at = now()
          where r.id = ?::uuid and r.lease_owner = ?::text
-         returning r.id, r.last_seq, r.lease_owner is null as ended
+         returning r.id, r.last_seq, r.lease_owner is null as ended, r.serial_key
        ), ins as (
          insert into run_events (run_id, seq, type, payload)
          select ev.run_id, ev.seq, ev.type, ev.payload from ev join upd on upd.id = ev.run_id
@@ -569,7 +569,9 @@ export const runStore = {
          returning run_id, seq, type, payload, created_at
        )${final?.ctes ? `, owned as (select id from upd), ${final.ctes}` : ''}${notify ? ', n as (select pg_notify(?::text, ?::text) as sent from upd)' : ''}
        select term.*, (select count(*) from upd) as owned_rows, (select count(*) from ins) as written,
-         (select count(*) from tc) as failed_calls${notify ? ', (select count(*) from n) as notified' : ''}
+         (select count(*) from tc) as failed_calls${notify ? ', (select count(*) from n) as notified' : ''},
+         exists (select 1 from runs o join upd on o.serial_key = upd.serial_key
+                  where o.status = 'pending' and o.id <> upd.id) as queued
          from (select 1) one left join term on true`,
       [
         JSON.stringify(
@@ -587,7 +589,12 @@ export const runStore = {
       ],
     );
     const r = rows[0] as Row;
-    return { terminal: r.seq != null ? toEvent(r) : null, owned: Number(r.owned_rows) > 0 };
+    return {
+      terminal: r.seq != null ? toEvent(r) : null,
+      owned: Number(r.owned_rows) > 0,
+      // PGlite answers booleans as 't'/'f' through some paths.
+      queued: r.queued === true || r.queued === 't',
+    };
   },
 
   /**
