@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { turnHoldGuesses } from '../domains/agents/turn-hold.js';
 import {
   ARTIFACT_REPORT,
   BURST_IMAGE_MODELS,
@@ -114,7 +115,12 @@ interface Capability {
   endpoint: string;
   /** Per-workspace setup (apps, agents, sessions) before the burst. */
   setup(ws: TestWorkspace): Promise<Attempt>;
+  /** Checks of its own after the burst. */
+  after?(ws: TestWorkspace): Promise<void>;
 }
+
+/** Sessions of the last agent-turn setup (their guesses seed the next one's). */
+let warmSessions: string[] = [];
 
 const message = 'Tell me about metering. '.repeat(8);
 
@@ -215,6 +221,53 @@ const capabilities: Capability[] = [
         // A hold refused when the run started: the turn fails before any model call.
         return text.includes('INSUFFICIENT_CREDITS') ? 'refused' : 'failed';
       };
+    },
+  },
+  {
+    // The process ran a turn in each session before (decision 0021 §22): every admission holds
+    // the first model call's credits itself. The guesses are those of an identical agent's
+    // sessions (the rich workspace's, which ran three turns), made this agent's.
+    name: 'agent turns, hold in the admission',
+    endpoint: '/managed-agents/sessions/{sessionId}/messages',
+    async setup(ws) {
+      const agentId = await createAgent(ws.apiKey);
+      const sessions = await Promise.all(Array.from({ length: N }, () => createSession(ws.apiKey, agentId)));
+      const template = warmSessions.map((s) => turnHoldGuesses.get(s)).find((g) => g !== undefined);
+      if (template) {
+        const [row] = await sql<{ u: string }>(
+          "select row_to_json(a)->>'updated_at' as u from apps a where id = ?",
+          [agentId],
+        );
+        for (const s of sessions)
+          turnHoldGuesses.set(s, { ...template, agentId, agentUpdatedAt: row?.u as string });
+      }
+      warmSessions = sessions;
+      return async (_ws, i) => {
+        const res = await ts.api(`/managed-agents/sessions/${sessions[i % sessions.length]}/messages`, {
+          method: 'POST',
+          key: ws.apiKey,
+          json: { message },
+        });
+        if (res.status === 402) {
+          await res.text();
+          return 'refused';
+        }
+        if (res.status !== 200) return 'failed';
+        const text = await res.text();
+        if (text.includes('"type":"run.completed"')) return 'completed';
+        // A hold refused when the run started: the turn fails before any model call.
+        return text.includes('INSUFFICIENT_CREDITS') ? 'refused' : 'failed';
+      };
+    },
+    async after(ws) {
+      // Holds taken by the admissions: the hold's ledger line is the run's transaction's.
+      const [held] = await sql<{ n: string }>(
+        `select count(*) as n from runs r join credit_ledger l
+            on l.ref = r.input->>'requestId' and l.kind = 'debit' and l.created_at = r.created_at
+          where r.workspace_id = ?`,
+        [ws.workspaceId],
+      );
+      expect(Number(held?.n)).toBeGreaterThanOrEqual(Math.ceil(0.6 * K));
     },
   },
   {
@@ -364,6 +417,7 @@ describe('credit bursts: no unpaid work, no starvation, no charge without an ans
         0,
       );
       expect(completed + outcomes.filter((o) => o === 'refused').length).toBeGreaterThanOrEqual(N - 1);
+      await cap.after?.(ws);
     });
   }
 });

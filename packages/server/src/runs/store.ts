@@ -249,6 +249,12 @@ export const runStore = {
       input: Record<string, unknown>;
       reject: boolean;
       claimFor: { owner: string; leaseMs: number } | null;
+      /**
+       * The first model call's credit hold (`Metering.holdInStatement`), taken only when the
+       * run is admitted leased here and its agent is still the row the guess was made from
+       * (decision 0021 §22).
+       */
+      hold?: { ctes: string; params: unknown[]; agentId: string; agentUpdatedAt: string };
     },
   ): Promise<
     | (TurnAdmission & {
@@ -256,6 +262,8 @@ export const runStore = {
         balanceMicros: number;
         hits: number | null;
         resetIn: number | null;
+        /** The hold the statement took (undefined: none tried or refused). */
+        held?: { micros: number; inputTokens: number };
       })
     | undefined
   > {
@@ -278,12 +286,27 @@ export const runStore = {
          select k.workspace_id from k
           where ?::boolean and k.balance > 0
             and (not ?::boolean or coalesce((select hits from rl), 0) <= ?::int)
-       ), ${q.ctes}
+       ), ${q.ctes}${
+         t.hold && t.claimFor
+           ? `, hold_src as (
+         select run.workspace_id, 0::bigint as extra_chars,
+                jsonb_build_object('workspaceId', run.workspace_id, 'apiKeyId', (select id from k),
+                                   'sessionId', run.session_id) as usage_patch
+           from run join apps a on a.id = run.app_id
+          where run.status = 'running' and run.lease_owner = ?::text
+            and a.id = ?::uuid and a.updated_at = ?::timestamptz
+       ), ${t.hold.ctes}`
+           : ''
+       }
        select k.id as key_id, k.name as key_name, k.workspace_id as key_workspace_id,
          k.workspace_name as key_workspace_name, k.balance, rl.hits, rl.reset_in,
          (select count(*) from s) as found, (select id from act) as active_run_id,
          (select row_to_json(a) from apps a join s on a.id = s.app_id where a.app_type = 'agent') as agent,
-         (select row_to_json(run) from run) as run_row
+         (select row_to_json(run) from run) as run_row${
+           t.hold && t.claimFor
+             ? ', (select held from hold_upd) as hold_held, (select tokens from hold_upd) as hold_tokens'
+             : ''
+         }
        from k left join rl on true`,
       [
         t.keyHash,
@@ -298,6 +321,9 @@ export const runStore = {
         t.rate.limited,
         t.rate.limit,
         ...q.params,
+        ...(t.hold && t.claimFor
+          ? [t.claimFor.owner, t.hold.agentId, t.hold.agentUpdatedAt, ...t.hold.params]
+          : []),
       ],
     );
     const r = rows[0];
@@ -318,6 +344,8 @@ export const runStore = {
       activeRunId: run ? null : ((r.active_run_id as string) ?? null),
       run: run ? toRun(run) : null,
       agent: parse(r.agent),
+      held:
+        r.hold_held == null ? undefined : { micros: Number(r.hold_held), inputTokens: Number(r.hold_tokens) },
     };
   },
 

@@ -22,6 +22,7 @@ import { parseAllowlist } from './outbound.js';
 import type { AgentConfig } from './schema.js';
 import { type AgentRow, toAgent } from './service.js';
 import { type AgentTool, buildToolset, memoryNotes, type ToolContext, type ToolEnv } from './tools.js';
+import { type AdmittedHold, INSUFFICIENT, MESSAGES_ENDPOINT, turnHoldGuesses } from './turn-hold.js';
 
 /** What a turn needs beyond ServerDeps: the model provider and metering. */
 export type RuntimeDeps = ServerDeps & { llm?: LlmProvider; models?: ModelCatalog; metering?: Metering };
@@ -35,8 +36,16 @@ interface TurnState {
   pending: { id: string; modelCallId: string; name: string }[];
 }
 
-const MESSAGES_ENDPOINT = '/managed-agents/sessions/{sessionId}/messages';
-const INSUFFICIENT = 'Insufficient credits. Please purchase additional credits to continue.';
+/** What a model call sends: its messages and tool definitions, in characters. */
+const promptChars = (messages: LlmMessage[], tools: ToolDefinition[]) =>
+  messageChars(messages) + (tools.length > 0 ? JSON.stringify(tools).length : 0);
+
+/** The hold the admission took for this turn's first call, handed over once. */
+function takeAdmittedHold(exec: RunExecution): AdmittedHold | undefined {
+  const hold = exec.local?.hold as AdmittedHold | undefined;
+  if (hold && exec.local) exec.local.hold = undefined;
+  return hold;
+}
 const num = (v: string | undefined, d: number) => (v && Number.isFinite(Number(v)) ? Number(v) : d);
 
 type Row = Record<string, unknown>;
@@ -87,6 +96,17 @@ export class TurnExecutor implements RunExecutor {
   }
 
   async execute(exec: RunExecution): Promise<RunOutcome> {
+    try {
+      return await this.executeTurn(exec);
+    } finally {
+      // A hold the admission took for a first call that never came: given back, no record.
+      await takeAdmittedHold(exec)
+        ?.meter.release()
+        .catch((err) => this.deps.log.error({ err, runId: exec.run.id }, 'releasing a credit hold failed'));
+    }
+  }
+
+  private async executeTurn(exec: RunExecution): Promise<RunOutcome> {
     const { run } = exec;
     const em = exec.em();
     // The admitting request read the agent already when the turn started in its process.
@@ -153,6 +173,20 @@ export class TurnExecutor implements RunExecutor {
       }
       for (const t of this.loop.extraTools?.(ctx, exec) ?? []) toolset.tools.set(t.definition.name, t);
       const defs = [...toolset.tools.values()].map((t) => t.definition);
+      if (this.kind === 'turn' && run.sessionId && preloaded && !run.state) {
+        // What the next turn's admission holds for its first call (decision 0021 §22): the
+        // first call's prompt besides the user's message, when nothing else varies per turn.
+        if (config.capabilities.memory.enabled) turnHoldGuesses.delete(run.sessionId);
+        else {
+          turnHoldGuesses.set(run.sessionId, {
+            agentId: agent.id,
+            agentUpdatedAt: String(preloaded.updated_at),
+            modelOverride: (run.input.model as string | null) ?? null,
+            modelId: model.id,
+            fixedChars: promptChars(state.messages, defs) - String(run.input.message ?? '').length,
+          });
+        }
+      }
       while (state.iterations < config.compute.maxIterations) {
         state.iterations++;
         let reply: ModelReply;
@@ -243,23 +277,37 @@ export class TurnExecutor implements RunExecutor {
     // The hold covers the prompt (messages and tool definitions, ~4 characters per token)
     // and the expected reply; the usage record keeps that input estimate if the call ends
     // before the upstream reports usage.
-    const inputChars = messageChars(messages) + (tools.length > 0 ? JSON.stringify(tools).length : 0);
-    const meter = await this.deps.metering?.startGeneration(
-      {
-        workspaceId: run.workspaceId,
-        apiKeyId: (run.input.apiKeyId as string | null) ?? null,
-        appId: run.appId,
-        sessionId: run.sessionId,
-        runId: run.id,
-        requestId: String(run.input.requestId || run.id),
-        endpoint: this.loop.endpoint ?? MESSAGES_ENDPOINT,
-        model,
-        meter: 'credits',
-        insufficientMessage: INSUFFICIENT,
-      },
-      // The balance row is released at commit, not after the WAL flush (decision 0021 §20).
-      { inputTokens: estimateTokens(inputChars), asyncCommit: true },
-    );
+    const inputChars = promptChars(messages, tools);
+    const endpoint = this.loop.endpoint ?? MESSAGES_ENDPOINT;
+    // The admission's hold is the one `startGeneration` would take only for exactly the
+    // guessed prompt and model (decision 0021 §22); otherwise it goes back and the call takes
+    // its own.
+    let admitted = takeAdmittedHold(exec);
+    if (
+      admitted &&
+      (admitted.inputChars !== inputChars || admitted.modelId !== model.id || endpoint !== MESSAGES_ENDPOINT)
+    ) {
+      await admitted.meter.release();
+      admitted = undefined;
+    }
+    const meter =
+      admitted?.meter ??
+      (await this.deps.metering?.startGeneration(
+        {
+          workspaceId: run.workspaceId,
+          apiKeyId: (run.input.apiKeyId as string | null) ?? null,
+          appId: run.appId,
+          sessionId: run.sessionId,
+          runId: run.id,
+          requestId: String(run.input.requestId || run.id),
+          endpoint,
+          model,
+          meter: 'credits',
+          insufficientMessage: INSUFFICIENT,
+        },
+        // The balance row is released at commit, not after the WAL flush (decision 0021 §20).
+        { inputTokens: estimateTokens(inputChars), asyncCommit: true },
+      ));
     let text = '';
     const toolCalls: ToolCall[] = [];
     try {

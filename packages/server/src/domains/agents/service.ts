@@ -12,6 +12,7 @@ import { connectedServers } from '../tool-servers/service.js';
 import { callbackSecret, deepMerge, effectiveConfig, isUuid } from './config.js';
 import { assertOutboundUrlAccepted, parseAllowlist } from './outbound.js';
 import { type AgentConfigInput, type CONCURRENCY_POLICIES, isMcpServerRef } from './schema.js';
+import { type AdmittedHold, prepareTurnHold } from './turn-hold.js';
 
 type Row = Record<string, unknown>;
 const iso = (v: unknown) => (v == null ? null : (v instanceof Date ? v : new Date(String(v))).toISOString());
@@ -501,6 +502,8 @@ export class AgentsService {
     const limited = !!rule && rule.limit > 0;
     for (let attempt = 0; ; attempt++) {
       const runId = randomUUID();
+      const claimFor = deps.runs.claimSlot('turn');
+      const hold = claimFor ? prepareTurnHold(deps, sessionId, runId, input, ctx.requestId) : undefined;
       try {
         const admitted = await runStore.admitKeyTurn(deps.db.sql, {
           keyHash,
@@ -512,7 +515,8 @@ export class AgentsService {
           message: input.message,
           input: { message: input.message, model: input.model ?? null, requestId: ctx.requestId },
           reject: input.concurrency === 'reject',
-          claimFor: deps.runs.claimSlot('turn'),
+          claimFor,
+          hold: hold?.statement,
         });
         if (!admitted) throw new AppError(401, 'Invalid API key');
         onPrincipal?.(apiKeyPrincipal(admitted.key));
@@ -526,7 +530,9 @@ export class AgentsService {
           });
         }
         if (admitted.run.status === 'running') {
-          deps.runs.startClaimed(admitted.run, { agent: admitted.agent });
+          const local: { agent: unknown; hold?: AdmittedHold } = { agent: admitted.agent };
+          if (admitted.held && hold) local.hold = hold.adopt(admitted.key, admitted.held);
+          deps.runs.startClaimed(admitted.run, local);
         } else {
           await deps.runs.bus.publish({ t: 'wake' });
         }
