@@ -103,6 +103,26 @@ async function createSession(key: string, agentId: string): Promise<string> {
 }
 
 type Outcome = 'completed' | 'refused' | 'failed';
+
+/** An agent turn in one of `sessions` (round robin): completed, refused (402, up front or at its hold) or failed. */
+function agentTurn(ws: TestWorkspace, sessions: string[]) {
+  return async (_ws: TestWorkspace, i: number): Promise<Outcome> => {
+    const res = await ts.api(`/managed-agents/sessions/${sessions[i % sessions.length]}/messages`, {
+      method: 'POST',
+      key: ws.apiKey,
+      json: { message },
+    });
+    if (res.status === 402) {
+      await res.text();
+      return 'refused';
+    }
+    if (res.status !== 200) return 'failed';
+    const text = await res.text();
+    if (text.includes('"type":"run.completed"')) return 'completed';
+    // A hold refused when the run started: the turn fails before any model call.
+    return text.includes('INSUFFICIENT_CREDITS') ? 'refused' : 'failed';
+  };
+}
 /**
  * One request of a capability; resolves whether it completed, was refused (402) or failed,
  * with its `X-Request-Id` when its usage records carry it (then what each request was charged
@@ -205,22 +225,7 @@ const capabilities: Capability[] = [
     async setup(ws) {
       const agentId = await createAgent(ws.apiKey);
       const sessions = await Promise.all(Array.from({ length: N }, () => createSession(ws.apiKey, agentId)));
-      return async (_ws, i) => {
-        const res = await ts.api(`/managed-agents/sessions/${sessions[i % sessions.length]}/messages`, {
-          method: 'POST',
-          key: ws.apiKey,
-          json: { message },
-        });
-        if (res.status === 402) {
-          await res.text();
-          return 'refused';
-        }
-        if (res.status !== 200) return 'failed';
-        const text = await res.text();
-        if (text.includes('"type":"run.completed"')) return 'completed';
-        // A hold refused when the run started: the turn fails before any model call.
-        return text.includes('INSUFFICIENT_CREDITS') ? 'refused' : 'failed';
-      };
+      return agentTurn(ws, sessions);
     },
   },
   {
@@ -242,22 +247,7 @@ const capabilities: Capability[] = [
           turnHoldGuesses.set(s, { ...template, agentId, agentUpdatedAt: row?.u as string });
       }
       warmSessions = sessions;
-      return async (_ws, i) => {
-        const res = await ts.api(`/managed-agents/sessions/${sessions[i % sessions.length]}/messages`, {
-          method: 'POST',
-          key: ws.apiKey,
-          json: { message },
-        });
-        if (res.status === 402) {
-          await res.text();
-          return 'refused';
-        }
-        if (res.status !== 200) return 'failed';
-        const text = await res.text();
-        if (text.includes('"type":"run.completed"')) return 'completed';
-        // A hold refused when the run started: the turn fails before any model call.
-        return text.includes('INSUFFICIENT_CREDITS') ? 'refused' : 'failed';
-      };
+      return agentTurn(ws, sessions);
     },
     async after(ws) {
       // Holds taken by the admissions: the hold's ledger line is the run's transaction's.

@@ -415,6 +415,57 @@ export interface GenerationOptions {
 }
 
 /**
+ * The settlement of a hold as CTEs (`settle`, and `settlementInStatement` inside a caller's
+ * statement): the workspace row locked first (`stl_w`; the order every balance statement
+ * takes), the hold deleted (`stl_h`; none when the sweep settled it already), the refund or
+ * the debit beyond it (`stl_amt`: at most `overdraft` below zero), the balance and its ledger
+ * line. Parameters: `settleParams`.
+ */
+const SETTLE_CTES = `stl_w as (
+         select id, credit_balance_micros as b from workspaces where id = ? for update
+       ), stl_h as (
+         delete from credit_holds where id = ? and workspace_id in (select id from stl_w) returning held_micros
+       ), stl_amt as (
+         select h.held_micros - ?::bigint as delta,
+                case when h.held_micros >= ?::bigint then h.held_micros - ?::bigint
+                     else -least(?::bigint - h.held_micros, greatest(w.b + ?::bigint, 0)) end as change
+           from stl_h h, stl_w w
+       ), stl_upd as (
+         update workspaces set credit_balance_micros = credit_balance_micros + stl_amt.change, updated_at = now()
+           from stl_amt where workspaces.id = ? and stl_amt.change <> 0
+         returning workspaces.id, credit_balance_micros as after, stl_amt.change
+       ), stl_led as (
+         insert into credit_ledger (id, workspace_id, amount_micros, balance_after_micros, kind, reason, ref)
+         select gen_random_uuid(), stl_upd.id, stl_upd.change, stl_upd.after,
+                case when stl_upd.change > 0 then 'refund' else 'debit' end, ?, ? from stl_upd
+       )`;
+
+const settleParams = (
+  workspaceId: string,
+  holdId: string,
+  costMicros: number,
+  overdraftMicros: number,
+  ref: { reason: string; ref?: string | null },
+): unknown[] => [
+  workspaceId,
+  holdId,
+  costMicros,
+  costMicros,
+  costMicros,
+  costMicros,
+  Math.max(0, overdraftMicros),
+  workspaceId,
+  ref.reason,
+  ref.ref ?? null,
+];
+
+/** Whether a settlement's debit was cut at the overdraft (`stl_amt`'s `delta`, `change`). */
+const settledShort = (delta: unknown, change: unknown): boolean => {
+  const d = Number(delta);
+  return d < 0 && -Number(change) < -d;
+};
+
+/**
  * One metered generation. For the `credits` meter it works on a prepaid hold (a
  * `credit_holds` row): `startGeneration` takes the known input cost plus the expected reply
  * (learned per model, capped by `maxTokens`) off the balance in one conditional statement,
@@ -644,26 +695,8 @@ export class GenerationMeter implements GenerationMeterContract {
     const ws = i.workspaceId;
     const key = i.apiKeyId ?? null;
     const latencyMs = Math.max(0, Math.round(Date.now() - this.startedAt));
-    const overdraft = Math.max(0, this.overdraftMicros);
     return {
-      ctes: `stl_w as (
-         select id, credit_balance_micros as b from workspaces where id = ? for update
-       ), stl_h as (
-         delete from credit_holds where id = ? and workspace_id in (select id from stl_w) returning held_micros
-       ), stl_amt as (
-         select h.held_micros - ?::bigint as delta,
-                case when h.held_micros >= ?::bigint then h.held_micros - ?::bigint
-                     else -least(?::bigint - h.held_micros, greatest(w.b + ?::bigint, 0)) end as change
-           from stl_h h, stl_w w
-       ), stl_upd as (
-         update workspaces set credit_balance_micros = credit_balance_micros + stl_amt.change, updated_at = now()
-           from stl_amt where workspaces.id = ? and stl_amt.change <> 0
-         returning workspaces.id, credit_balance_micros as after, stl_amt.change
-       ), stl_led as (
-         insert into credit_ledger (id, workspace_id, amount_micros, balance_after_micros, kind, reason, ref)
-         select gen_random_uuid(), stl_upd.id, stl_upd.change, stl_upd.after,
-                case when stl_upd.change > 0 then 'refund' else 'debit' end, ?, ? from stl_upd
-       ), stl_key as (
+      ctes: `${SETTLE_CTES}, stl_key as (
          -- A key deleted meanwhile: the record keeps no key (as its foreign key's set null does).
          update api_keys k set request_count = k.request_count + 1, input_tokens = k.input_tokens + ?::bigint,
                 output_tokens = k.output_tokens + ?::bigint, cost_micros = k.cost_micros + ?::bigint
@@ -678,16 +711,10 @@ export class GenerationMeter implements GenerationMeterContract {
            from stl_amt
        )`,
       params: [
-        ws,
-        holdId,
-        costMicros,
-        costMicros,
-        costMicros,
-        costMicros,
-        overdraft,
-        ws,
-        i.endpoint,
-        i.requestId,
+        ...settleParams(ws, holdId, costMicros, this.overdraftMicros, {
+          reason: i.endpoint,
+          ref: i.requestId,
+        }),
         inputTokens,
         outputTokens,
         costMicros,
@@ -712,10 +739,9 @@ export class GenerationMeter implements GenerationMeterContract {
       committed: (row) => {
         this.held = 0;
         if (row.stl_delta === null || row.stl_delta === undefined) return { costMicros, short: false };
-        const delta = Number(row.stl_delta);
         // Image models learn their output tokens too (as in `finish`).
         if (providerStatus === 'success') this.metering.estimator.observe(this.key, outputTokens);
-        return { costMicros, short: delta < 0 && -Number(row.stl_change) < -delta };
+        return { costMicros, short: settledShort(row.stl_delta, row.stl_change) };
       },
       failed: () => {
         this.finished = false;
@@ -969,42 +995,12 @@ export class PgMetering implements Metering {
     ref: { reason: string; ref?: string },
   ): Promise<{ short: boolean } | undefined> {
     const rows = await this.db().execute<{ delta: string; change: string | null }[]>(
-      `with w as (
-         select id, credit_balance_micros as b from workspaces where id = ? for update
-       ), h as (
-         delete from credit_holds where id = ? and workspace_id in (select id from w) returning held_micros
-       ), amt as (
-         select h.held_micros - ?::bigint as delta,
-                case when h.held_micros >= ?::bigint then h.held_micros - ?::bigint
-                     else -least(?::bigint - h.held_micros, greatest(w.b + ?::bigint, 0)) end as change
-           from h, w
-       ), upd as (
-         update workspaces set credit_balance_micros = credit_balance_micros + amt.change, updated_at = now()
-           from amt where workspaces.id = ? and amt.change <> 0
-         returning workspaces.id, credit_balance_micros as after, amt.change
-       ), led as (
-         insert into credit_ledger (id, workspace_id, amount_micros, balance_after_micros, kind, reason, ref)
-         select gen_random_uuid(), upd.id, upd.change, upd.after,
-                case when upd.change > 0 then 'refund' else 'debit' end, ?, ? from upd
-       )
-       select delta, change from amt`,
-      [
-        workspaceId,
-        holdId,
-        costMicros,
-        costMicros,
-        costMicros,
-        costMicros,
-        Math.max(0, overdraftMicros),
-        workspaceId,
-        ref.reason,
-        ref.ref ?? null,
-      ],
+      `with ${SETTLE_CTES} select delta, change from stl_amt`,
+      settleParams(workspaceId, holdId, costMicros, overdraftMicros, ref),
     );
     const row = rows[0];
     if (!row) return undefined;
-    const delta = Number(row.delta);
-    return { short: delta < 0 && -Number(row.change) < -delta };
+    return { short: settledShort(row.delta, row.change) };
   }
 
   /**

@@ -565,11 +565,10 @@ export class RunEngine {
         status,
         payload,
         error,
-        [...pending, ...last],
         // No NOTIFY in this statement: its flushed commit would hold PostgreSQL's NOTIFY lock,
         // which serialises every notifying commit (decision 0021 §18). Readers elsewhere are
         // told with the node's next event batch.
-        undefined,
+        [...pending, ...last],
         final,
       );
     } finally {

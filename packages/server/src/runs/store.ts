@@ -547,11 +547,12 @@ export const runStore = {
    * `finish` for the worker holding the lease, in ONE statement (decision 0021 §10): its
    * unwritten events (written while `owner` holds the lease, whatever the status), and — when
    * the run is still live — the status, `last_seq`, the lease released, its pending tool calls
-   * failed, the terminal event after the written ones, and the batch's NOTIFY. One statement is
-   * one transaction: the terminal event commits with everything before it or not at all. When
-   * the run was cancelled meanwhile (the lease kept for us) the events are written and no
-   * terminal is returned (the caller writes `run.cancelled`); none either, and `owned` false,
-   * when the lease is no longer ours (nothing of the run is written then). `final`: the
+   * failed, the terminal event after the written ones (no NOTIFY: the caller's event writer
+   * sends it, decision 0021 §18). One statement is one transaction: the terminal event commits
+   * with everything before it or not at all. `queued`: a run of the same serial key waits
+   * (§21). When the run was cancelled meanwhile (the lease kept for us) the events are written
+   * and no terminal is returned (the caller writes `run.cancelled`); none either, and `owned`
+   * false, when the lease is no longer ours (nothing of the run is written then). `final`: the
    * executor's own CTEs, written in the same statement (decision 0021 §17; see `FinalWrites`):
    * `owned` there holds the run's id when the lease is ours.
    */
@@ -563,7 +564,6 @@ export const runStore = {
     payload: Record<string, unknown>,
     error: string | null,
     pending: RunEvent[],
-    notify?: { channel: string; payload: string },
     final?: { ctes: string; params: unknown[] },
   ): Promise<{ terminal: RunEvent | null; owned: boolean; queued: boolean }> {
     const live = `r.status in ('pending', 'running')`;
@@ -595,9 +595,9 @@ export const runStore = {
          insert into run_events (run_id, seq, type, payload)
          select upd.id, upd.last_seq, ?::text, ?::jsonb from upd where upd.ended
          returning run_id, seq, type, payload, created_at
-       )${final?.ctes ? `, owned as (select id from upd), ${final.ctes}` : ''}${notify ? ', n as (select pg_notify(?::text, ?::text) as sent from upd)' : ''}
+       )${final?.ctes ? `, owned as (select id from upd), ${final.ctes}` : ''}
        select term.*, (select count(*) from upd) as owned_rows, (select count(*) from ins) as written,
-         (select count(*) from tc) as failed_calls${notify ? ', (select count(*) from n) as notified' : ''},
+         (select count(*) from tc) as failed_calls,
          exists (select 1 from runs o join upd on o.serial_key = upd.serial_key
                   where o.status = 'pending' and o.id <> upd.id) as queued
          from (select 1) one left join term on true`,
@@ -613,7 +613,6 @@ export const runStore = {
         `run.${status}`,
         JSON.stringify({ runId, ...payload }),
         ...(final?.ctes ? final.params : []),
-        ...(notify ? [notify.channel, notify.payload] : []),
       ],
     );
     const r = rows[0] as Row;

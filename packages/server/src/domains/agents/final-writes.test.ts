@@ -145,7 +145,6 @@ describe('the end of a turn in one statement', () => {
       {},
       null,
       pending,
-      undefined,
       final,
     );
     expect(res.owned).toBe(false);
@@ -193,7 +192,6 @@ describe('the end of a turn in one statement', () => {
       {},
       null,
       pending,
-      undefined,
       final,
     );
     expect(res.owned).toBe(true);

@@ -36,9 +36,8 @@ interface TurnState {
   pending: { id: string; modelCallId: string; name: string }[];
 }
 
-/** What a model call sends: its messages and tool definitions, in characters. */
-const promptChars = (messages: LlmMessage[], tools: ToolDefinition[]) =>
-  messageChars(messages) + (tools.length > 0 ? JSON.stringify(tools).length : 0);
+/** Characters of a call's tool definitions (counted in its prompt, ~4 a token). */
+const toolChars = (tools: ToolDefinition[]) => (tools.length > 0 ? JSON.stringify(tools).length : 0);
 
 /** The hold the admission took for this turn's first call, handed over once. */
 function takeAdmittedHold(exec: RunExecution): AdmittedHold | undefined {
@@ -173,6 +172,8 @@ export class TurnExecutor implements RunExecutor {
       }
       for (const t of this.loop.extraTools?.(ctx, exec) ?? []) toolset.tools.set(t.definition.name, t);
       const defs = [...toolset.tools.values()].map((t) => t.definition);
+      // The same definitions go with every call of this execution: counted once.
+      const defsChars = toolChars(defs);
       if (this.kind === 'turn' && run.sessionId && preloaded && !run.state) {
         // What the next turn's admission holds for its first call (decision 0021 §22): the
         // first call's prompt besides the user's message, when nothing else varies per turn.
@@ -183,7 +184,7 @@ export class TurnExecutor implements RunExecutor {
             agentUpdatedAt: String(preloaded.updated_at),
             modelOverride: (run.input.model as string | null) ?? null,
             modelId: model.id,
-            fixedChars: promptChars(state.messages, defs) - String(run.input.message ?? '').length,
+            fixedChars: messageChars(state.messages) + defsChars - String(run.input.message ?? '').length,
           });
         }
       }
@@ -191,7 +192,7 @@ export class TurnExecutor implements RunExecutor {
         state.iterations++;
         let reply: ModelReply;
         try {
-          reply = await this.callModel(exec, model, state.messages, defs, signal);
+          reply = await this.callModel(exec, model, state.messages, defs, defsChars, signal);
         } catch (err) {
           if (err instanceof RunGoneError) throw err;
           if (wallClock.aborted && !exec.signal.aborted) {
@@ -270,6 +271,8 @@ export class TurnExecutor implements RunExecutor {
     model: ModelInfo,
     messages: LlmMessage[],
     tools: ToolDefinition[],
+    /** `toolChars(tools)`. */
+    defsChars: number,
     signal: AbortSignal,
   ): Promise<ModelReply> {
     const { run } = exec;
@@ -277,7 +280,7 @@ export class TurnExecutor implements RunExecutor {
     // The hold covers the prompt (messages and tool definitions, ~4 characters per token)
     // and the expected reply; the usage record keeps that input estimate if the call ends
     // before the upstream reports usage.
-    const inputChars = promptChars(messages, tools);
+    const inputChars = messageChars(messages) + defsChars;
     const endpoint = this.loop.endpoint ?? MESSAGES_ENDPOINT;
     // The admission's hold is the one `startGeneration` would take only for exactly the
     // guessed prompt and model (decision 0021 §22); otherwise it goes back and the call takes

@@ -1,3 +1,4 @@
+import { BoundedMap } from '../../bounded-map.js';
 import type { GenerationInput, GenerationMeter, Metering } from '../../metering/types.js';
 import type { ModelCatalog, ModelInfo } from '../../providers/llm.js';
 
@@ -32,24 +33,8 @@ export interface AdmittedHold {
 export const MESSAGES_ENDPOINT = '/managed-agents/sessions/{sessionId}/messages';
 export const INSUFFICIENT = 'Insufficient credits. Please purchase additional credits to continue.';
 
-const GUESSES = new Map<string, TurnHoldGuess>();
-const GUESSES_MAX = 10_000;
-
-export const turnHoldGuesses = {
-  get(sessionId: string): TurnHoldGuess | undefined {
-    return GUESSES.get(sessionId);
-  },
-  set(sessionId: string, guess: TurnHoldGuess): void {
-    if (GUESSES.size >= GUESSES_MAX && !GUESSES.has(sessionId)) {
-      const first = GUESSES.keys().next();
-      if (!first.done) GUESSES.delete(first.value);
-    }
-    GUESSES.set(sessionId, guess);
-  },
-  delete(sessionId: string): void {
-    GUESSES.delete(sessionId);
-  },
-};
+/** The guesses of this process, per session. */
+export const turnHoldGuesses = new BoundedMap<string, TurnHoldGuess>(10_000);
 
 /**
  * The hold a key turn's admission statement takes for the session's guess (none without a
@@ -70,7 +55,7 @@ export function prepareTurnHold(
       ): AdmittedHold;
     }
   | undefined {
-  const guess = GUESSES.get(sessionId);
+  const guess = turnHoldGuesses.get(sessionId);
   if (!guess || !deps.models || guess.modelOverride !== (input.model ?? null)) return undefined;
   let model: ModelInfo;
   try {

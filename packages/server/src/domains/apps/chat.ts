@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import { ACTIVE_API_KEY_WHERE, API_KEY_FROM, hashApiKey, TOUCH_API_KEY_CTE } from '../../auth/api-keys.js';
 import { apiKeyPrincipal, type Principal } from '../../auth/principal.js';
+import { BoundedMap } from '../../bounded-map.js';
 import type { SqlExecutor } from '../../db/sql.js';
 import { AppError, INVALID_REQUEST_BODY } from '../../http/errors.js';
 import {
@@ -207,15 +208,7 @@ const admission = (byKey: boolean, subject: boolean, hold: StatementHold | undef
  * and the admission takes it only if the app still has exactly those (else the hold is its
  * own statement, as for an app not seen yet): nothing to invalidate, whoever edits the app.
  */
-const HOLD_GUESSES = new Map<string, AppRow>();
-const HOLD_GUESSES_MAX = 10_000;
-const rememberApp = (app: AppRow) => {
-  if (HOLD_GUESSES.size >= HOLD_GUESSES_MAX && !HOLD_GUESSES.has(app.id)) {
-    const first = HOLD_GUESSES.keys().next();
-    if (!first.done) HOLD_GUESSES.delete(first.value);
-  }
-  HOLD_GUESSES.set(app.id, app);
-};
+const HOLD_GUESSES = new BoundedMap<string, AppRow>(10_000);
 /** `config.controls.maxTokens` as the admission compares it (`->` of the jsonb): JSON, or null when absent. */
 const maxTokensJson = (app: AppRow): string | null => {
   const controls = app.config?.controls as Record<string, unknown> | undefined;
@@ -393,7 +386,7 @@ export class AppChatService {
       const app = row.app;
       if (!app) throw appNotFound();
       // What the app's next turn sizes its hold from (whatever this turn's outcome).
-      if (!tried) rememberApp(app);
+      if (!tried) HOLD_GUESSES.set(app.id, app);
       const model = this.deps.models.resolve('chat', app.model_id);
       const headers = limited && rule ? rateLimitHeaders(rule, Number(row.hits), Number(row.reset_in)) : {};
       if (input.threadId !== undefined && !thread0) throw threadNotFound();
