@@ -558,6 +558,9 @@ export class RunEngine {
     try {
       const pending = await this.writer.drain(live);
       for (const e of final?.events ?? []) last.push(live.reserve(e.type, e.payload));
+      // No NOTIFY in this statement: its flushed commit would hold PostgreSQL's NOTIFY lock,
+      // which serialises every notifying commit (decision 0021 §18). Readers elsewhere are
+      // told with the node's next event batch.
       res = await runStore.finishOwned(
         this.opts.sql,
         live.runId,
@@ -565,9 +568,6 @@ export class RunEngine {
         status,
         payload,
         error,
-        // No NOTIFY in this statement: its flushed commit would hold PostgreSQL's NOTIFY lock,
-        // which serialises every notifying commit (decision 0021 §18). Readers elsewhere are
-        // told with the node's next event batch.
         [...pending, ...last],
         final,
       );
