@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Writable } from 'node:stream';
@@ -227,7 +228,23 @@ describe('access log', () => {
         },
         body: '{}',
       });
+      // An agent turn the fast path reads and hands to express (no message): one line, one id.
+      const turnPath = `/api/v1/managed-agents/sessions/${randomUUID()}/messages`;
+      const handedOver = await fetch(`${url}${turnPath}`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${ws.apiKey}`, 'content-type': 'application/json' },
+        body: '{}',
+      });
+      expect(handedOver.status).toBe(400);
+      expect(await handedOver.json()).toMatchObject({ error: 'message is required' });
+      const mintedId = handedOver.headers.get('x-request-id');
+      expect(mintedId).toMatch(/^req_/);
+      expect(handedOver.headers.get('x-content-type-options')).toBe('nosniff');
       await expect.poll(() => lines.filter((l) => String(l.requestId).startsWith('log-test')).length).toBe(3);
+      await expect.poll(() => lines.filter((l) => l.url === turnPath).length).toBe(1);
+      expect(lines.filter((l) => l.url === turnPath)).toEqual([
+        expect.objectContaining({ requestId: mintedId, status: 400, workspaceId: ws.workspaceId }),
+      ]);
 
       const [meLine, notFoundLine, chatLine] = lines.filter((l) =>
         String(l.requestId).startsWith('log-test'),

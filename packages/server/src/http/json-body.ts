@@ -2,7 +2,8 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import express from 'express';
 import { AppError, INVALID_REQUEST_BODY, toAppError } from './errors.js';
 
-const JSON_TYPE = /^application\/json\s*(;|$)/i;
+/** A JSON content type (what express.json parses, parameters allowed). */
+export const JSON_TYPE = /^application\/json\s*(;|$)/i;
 
 /**
  * Deepest nesting of objects and arrays a request body may have. Deeper bodies are refused

@@ -30,10 +30,25 @@ export interface RawRouteModule {
 
 export interface FastRoute {
   method: 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
-  /** Exact path under `/api/v1`. */
+  /**
+   * Path under `/api/v1`: exact, or with `:name` segments (each one non-empty path segment,
+   * handed over raw, not percent-decoded). Any other spelling goes to express.
+   */
   path: string;
-  handler(deps: ServerDeps): (req: IncomingMessage, res: ServerResponse) => Promise<void>;
+  handler(deps: ServerDeps): FastHandler;
 }
+
+export interface FastContext {
+  params: Record<string, string>;
+  /**
+   * Hands the request to the express app, which answers it as if it had come first: for a
+   * request the fast handler is not the place for. A body it already read stays parsed
+   * (`req.body`); express's body parser skips a request whose stream has ended.
+   */
+  next(): void;
+}
+
+export type FastHandler = (req: IncomingMessage, res: ServerResponse, ctx: FastContext) => Promise<void>;
 
 /** Every raw route module. Domains append theirs here. */
 export const rawRouteModules: RawRouteModule[] = [

@@ -15,6 +15,7 @@ export function assignRequestId(req: IncomingMessage, res: ServerResponse): stri
 }
 
 export function requestId(req: Request, res: Response, next: NextFunction) {
-  assignRequestId(req, res);
+  // Already assigned when the fast path handed the request over (http/fast-path.ts).
+  if (req.requestId === undefined) assignRequestId(req, res);
   next();
 }

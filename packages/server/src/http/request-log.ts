@@ -4,6 +4,8 @@ import type { Logger } from 'pino';
 import type { ServerDeps } from '../context.js';
 
 const PROBES = new Set(['/healthz', '/readyz']);
+const LOGGED = Symbol('access logged');
+type Logged = IncomingMessage & { [LOGGED]?: boolean };
 
 /**
  * One access-log line when the response is done (or the connection closed before), with only
@@ -14,6 +16,9 @@ const PROBES = new Set(['/healthz', '/readyz']);
  * the `/chat` hot path included.
  */
 export function logAccess(log: Logger, req: IncomingMessage, res: ServerResponse): void {
+  // Once per request: the fast path logs before it may hand the request to express.
+  if ((req as Logged)[LOGGED]) return;
+  (req as Logged)[LOGGED] = true;
   const url = (req as Request).originalUrl ?? req.url ?? '';
   const q = url.indexOf('?');
   const path = q === -1 ? url : url.slice(0, q);

@@ -1,4 +1,4 @@
-import type { Response } from 'express';
+import type { ServerResponse } from 'node:http';
 
 export interface SseMessage {
   data: string;
@@ -19,16 +19,20 @@ export class SseWriter {
   private closed = false;
 
   constructor(
-    private readonly res: Response,
+    private readonly res: ServerResponse,
     opts: { heartbeatMs?: number; status?: number } = {},
   ) {
-    res.status(opts.status ?? 200);
+    res.statusCode = opts.status ?? 200;
     res.setHeader('Content-Type', 'text/event-stream; charset=utf-8');
     res.setHeader('Cache-Control', 'no-cache');
     res.setHeader('Connection', 'keep-alive');
     res.setHeader('X-Accel-Buffering', 'no');
-    res.flushHeaders();
-    res.socket?.setNoDelay(true);
+    // The headers go out with the first event, in one write; when none comes within this turn
+    // of the event loop, on their own (a client waits for them to know the stream is open).
+    // Node's HTTP server already disables Nagle on accepted sockets (`noDelay` default).
+    setImmediate(() => {
+      if (!res.headersSent && !this.isClosed) res.flushHeaders();
+    });
     res.on('close', () => this.stop());
     if (opts.heartbeatMs && opts.heartbeatMs > 0) {
       this.heartbeat = setInterval(() => this.comment('heartbeat'), opts.heartbeatMs);
@@ -58,9 +62,16 @@ export class SseWriter {
     return this.res.write(out);
   }
 
-  /** One JSON event whose SSE `event:` is its `type` (our stream convention). */
-  sendJson(payload: { type: string } & Record<string, unknown>, id?: string | number): boolean {
-    return this.send({ event: payload.type, id, data: JSON.stringify(payload) });
+  /**
+   * One JSON event whose SSE `event:` is its `type` (our stream convention). Serialised JSON
+   * holds no line break (they are escaped in strings), so it is one `data:` line as it is.
+   */
+  sendJson(payload: { type: string } & Record<string, unknown>, id?: number): boolean {
+    if (this.isClosed) return false;
+    const event = payload.type;
+    if (NO_NEWLINE.test(event)) throw new Error('SSE event name may not contain a newline');
+    const idLine = id === undefined ? '' : `id: ${Math.trunc(id)}\n`;
+    return this.res.write(`event: ${event}\n${idLine}data: ${JSON.stringify(payload)}\n\n`);
   }
 
   comment(text: string): void {

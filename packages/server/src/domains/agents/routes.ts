@@ -1,16 +1,18 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Request, Response, Router } from 'express';
 import { z } from 'zod';
 import { bearerToken, hashApiKey, isWellFormedApiKey } from '../../auth/api-keys.js';
 import { API_KEY, authenticate } from '../../auth/authenticate.js';
+import type { Principal } from '../../auth/principal.js';
 import type { ServerDeps } from '../../context.js';
 import { AppError, ErrorBodySchema, sendError, toAppError } from '../../http/errors.js';
-import { jsonBodyParser } from '../../http/json-body.js';
+import { JSON_TYPE, jsonBodyParser, jsonReader, readJsonBody } from '../../http/json-body.js';
 import { securityFor } from '../../http/openapi-security.js';
-import type { RawRouteModule } from '../../http/raw-routes.js';
+import type { FastHandler, RawRouteModule } from '../../http/raw-routes.js';
 import { SseWriter } from '../../http/sse.js';
 import type { RunRecord } from '../../runs/index.js';
 import { isUuid } from './config.js';
-import { SendMessageInput } from './schema.js';
+import { SendMessageInput, type SendMessageInputType } from './schema.js';
 import { type AgentDeps, AgentsService } from './service.js';
 
 const heartbeatMs = (deps: ServerDeps) => {
@@ -18,8 +20,11 @@ const heartbeatMs = (deps: ServerDeps) => {
   return Number.isFinite(n) && n > 0 ? n : 15_000;
 };
 
+/** A Node request as the fast path and express both hand it over. */
+type TurnRequest = IncomingMessage & { requestId?: string; principal?: Principal; body?: unknown };
+
 /** Writes a run's log as SSE: `id:` is the event's sequence, `event:` its type. */
-async function pipeRun(deps: ServerDeps, req: Request, res: Response, run: RunRecord, afterSeq: number) {
+async function pipeRun(deps: ServerDeps, res: ServerResponse, run: RunRecord, afterSeq: number) {
   const sse = new SseWriter(res, { heartbeatMs: heartbeatMs(deps) });
   const stop = new AbortController();
   res.on('close', () => stop.abort());
@@ -34,8 +39,78 @@ async function pipeRun(deps: ServerDeps, req: Request, res: Response, run: RunRe
     sse.sendJson({ type: 'error', code: e.code ?? 'STREAM_ERROR', message: e.message });
     sse.abort();
   }
-  void req;
 }
+
+/**
+ * The hot path of a turn (decision 0021 §11): a valid request with an API key, admitted in one
+ * statement on the plain pool, then its stream.
+ */
+async function keyTurn(
+  deps: ServerDeps,
+  req: TurnRequest,
+  res: ServerResponse,
+  apiKey: string,
+  sessionId: string,
+  input: SendMessageInputType,
+): Promise<void> {
+  try {
+    const { run, headers } = await AgentsService.startKeyTurn(
+      { ...deps, metering: deps.poolMetering },
+      hashApiKey(apiKey),
+      sessionId,
+      input,
+      { requestId: req.requestId ?? '' },
+      (p) => {
+        req.principal = p;
+      },
+    );
+    for (const [k, v] of Object.entries(headers)) res.setHeader(k, v);
+    await pipeRun(deps, res, run, 0);
+  } catch (err) {
+    const e = toAppError(err);
+    if (e.status >= 500) deps.log.error({ err }, 'request failed');
+    sendError(res, e);
+  }
+}
+
+/** Whether a parsed turn request may take the hot path (everything else: the general one). */
+const keyTurnFits = (deps: ServerDeps, sessionId: string, input: SendMessageInputType) =>
+  input.concurrency !== 'interrupt' && isUuid(sessionId) && modelResolves(deps, input.model);
+
+/**
+ * `POST /managed-agents/sessions/:sessionId/messages` before express (`http/fast-path.ts`),
+ * as `/chat` is: a request with a well-formed API key and a JSON body is read here and, when
+ * it fits the hot path, answered here. Everything else goes to express, which answers its
+ * errors in the documented order (a body already read stays parsed).
+ */
+const sendMessageFast = (deps: ServerDeps): FastHandler => {
+  const reader = jsonReader(BODY_LIMIT);
+  return async (req: TurnRequest, res, { params, next }) => {
+    const apiKey = bearerToken(req.headers.authorization);
+    const sessionId = params.sessionId ?? '';
+    if (
+      !apiKey ||
+      !isWellFormedApiKey(apiKey) ||
+      !isUuid(sessionId) ||
+      !JSON_TYPE.test(req.headers['content-type'] ?? '')
+    ) {
+      next();
+      return;
+    }
+    // Body errors come first on either path (express parses before it authenticates).
+    const { body, error } = await readJsonBody(reader, req, res);
+    if (error) {
+      sendError(res, error);
+      return;
+    }
+    const parsed = SendMessageInput.safeParse(body ?? {});
+    if (!parsed.success || !keyTurnFits(deps, sessionId, parsed.data)) {
+      next();
+      return;
+    }
+    await keyTurn(deps, req, res, apiKey, sessionId, parsed.data);
+  };
+};
 
 /** A per-turn model override that resolves (none counts). */
 function modelResolves(deps: ServerDeps, model: string | undefined): boolean {
@@ -64,10 +139,13 @@ const handle =
     }
   };
 
+const BODY_LIMIT = '1mb';
+
 export const agentRoutes: RawRouteModule = {
   name: 'agents',
+  fast: [{ method: 'POST', path: '/managed-agents/sessions/:sessionId/messages', handler: sendMessageFast }],
   mount(router: Router, deps: ServerDeps) {
-    const json = jsonBodyParser('1mb');
+    const json = jsonBodyParser(BODY_LIMIT);
     const slow = handle(deps, async (req, res, svc) => {
       if (!req.is('application/json')) throw new AppError(400, 'Invalid request body');
       const parsed = SendMessageInput.safeParse(req.body ?? {});
@@ -76,44 +154,27 @@ export const agentRoutes: RawRouteModule = {
         requestId: req.requestId ?? '',
       });
       for (const [k, v] of Object.entries(svc.rateHeaders)) res.setHeader(k, v);
-      await pipeRun(deps, req, res, run, 0);
+      await pipeRun(deps, res, run, 0);
     });
     router.post('/managed-agents/sessions/:sessionId/messages', ...json, async (req, res) => {
-      // The hot path (decision 0021 §11): a valid request with an API key is admitted in one
-      // statement on the plain pool. Anything else (another credential, a body or session id
-      // that will be refused, a model override that does not resolve, `interrupt`) takes the
+      // The hot path (decision 0021 §11), for an app used without `createServer`'s listener
+      // and the console's mount. Anything else (another credential, a body or session id that
+      // will be refused, a model override that does not resolve, `interrupt`) takes the
       // general path, which answers its errors in the documented order.
       const apiKey = bearerToken(req.headers.authorization);
       const sessionId = String(req.params.sessionId);
       const parsed = req.is('application/json') ? SendMessageInput.safeParse(req.body ?? {}) : undefined;
-      const fast =
-        !req.consoleApi &&
-        !req.principal &&
-        apiKey !== undefined &&
-        isWellFormedApiKey(apiKey) &&
-        parsed?.success === true &&
-        parsed.data.concurrency !== 'interrupt' &&
-        isUuid(sessionId) &&
-        modelResolves(deps, parsed.data.model);
-      if (!fast || !parsed?.success) return slow(req, res);
-      try {
-        const { run, headers } = await AgentsService.startKeyTurn(
-          { ...deps, metering: deps.poolMetering },
-          hashApiKey(apiKey),
-          sessionId,
-          parsed.data,
-          { requestId: req.requestId ?? '' },
-          (p) => {
-            req.principal = p;
-          },
-        );
-        for (const [k, v] of Object.entries(headers)) res.setHeader(k, v);
-        await pipeRun(deps, req, res, run, 0);
-      } catch (err) {
-        const e = toAppError(err);
-        if (e.status >= 500) deps.log.error({ err }, 'request failed');
-        sendError(res, e);
+      if (
+        req.consoleApi ||
+        req.principal ||
+        apiKey === undefined ||
+        !isWellFormedApiKey(apiKey) ||
+        !parsed?.success ||
+        !keyTurnFits(deps, sessionId, parsed.data)
+      ) {
+        return slow(req, res);
       }
+      await keyTurn(deps, req, res, apiKey, sessionId, parsed.data);
     });
     router.get(
       '/managed-agents/sessions/:sessionId/runs/:runId/stream',
@@ -121,7 +182,7 @@ export const agentRoutes: RawRouteModule = {
         const run = await svc.requireSessionRun(String(req.params.sessionId), String(req.params.runId));
         const raw = req.header('last-event-id') ?? (req.query.after as string | undefined) ?? '0';
         const after = /^\d+$/.test(raw) ? Number(raw) : 0;
-        await pipeRun(deps, req, res, run, after);
+        await pipeRun(deps, res, run, after);
       }),
     );
   },

@@ -17,6 +17,7 @@ import { estimateTokens, messageChars } from '../../providers/openai-provider.js
 import { webSearchProvidersFromEnv } from '../../providers/web-search.js';
 import type { FinalWrites, RunExecution, RunExecutor, RunKind, RunOutcome } from '../../runs/index.js';
 import { RunGoneError, runStore } from '../../runs/index.js';
+import { TextCoalescer } from '../../runs/text-coalescer.js';
 import { effectiveConfig } from './config.js';
 import { parseAllowlist } from './outbound.js';
 import type { AgentConfig } from './schema.js';
@@ -45,6 +46,13 @@ function takeAdmittedHold(exec: RunExecution): AdmittedHold | undefined {
   if (hold && exec.local) exec.local.hold = undefined;
   return hold;
 }
+/**
+ * Default window over which a reply's text deltas are merged into one `message.delta`: a
+ * reply streamed a token every few milliseconds makes a few events, not one per token (each
+ * event is written to the log, to every reader and parsed by every client).
+ */
+export const DEFAULT_COALESCE_MS = 20;
+
 const num = (v: string | undefined, d: number) => (v && Number.isFinite(Number(v)) ? Number(v) : d);
 
 type Row = Record<string, unknown>;
@@ -73,6 +81,8 @@ export interface AgentLoopOptions {
 export class TurnExecutor implements RunExecutor {
   readonly kind: RunKind;
   private readonly toolEnv: ToolEnv;
+  /** `AGENT_STREAM_COALESCE_MS`: the window text deltas are merged over (0: one per model chunk). */
+  private readonly coalesceMs: number;
   private readonly toolDeadlineMs: number;
 
   constructor(
@@ -81,6 +91,7 @@ export class TurnExecutor implements RunExecutor {
   ) {
     this.kind = loop.kind ?? 'turn';
     const env = deps.config.env;
+    this.coalesceMs = num(env.AGENT_STREAM_COALESCE_MS, DEFAULT_COALESCE_MS);
     this.toolEnv = {
       em: deps.em,
       log: deps.log,
@@ -107,13 +118,15 @@ export class TurnExecutor implements RunExecutor {
 
   private async executeTurn(exec: RunExecution): Promise<RunOutcome> {
     const { run } = exec;
-    const em = exec.em();
+    // Forked when first needed: a plain turn whose agent the admission read needs none.
+    let forked: EntityManager | undefined;
+    const em = () => (forked ??= exec.em());
     // The admitting request read the agent already when the turn started in its process.
     const preloaded = exec.local?.agent as Row | null | undefined;
     const agent =
       preloaded && preloaded.id === run.appId && preloaded.workspace_id === run.workspaceId
         ? toAgent(preloaded)
-        : await loadAgent(em, run.appId as string, run.workspaceId);
+        : await loadAgent(em(), run.appId as string, run.workspaceId);
     if (!agent) return { status: 'failed', error: 'Agent not found' };
     const config = effectiveConfig(agent.config);
     const { llm, models } = this.deps;
@@ -135,7 +148,7 @@ export class TurnExecutor implements RunExecutor {
 
     // Resume: answer the model's calls with what the integrator (or the deadline) gave.
     if (state.pending.length > 0) {
-      const calls = new Map((await runStore.toolCallsOfRun(em, run.id)).map((c) => [c.id, c]));
+      const calls = new Map((await runStore.toolCallsOfRun(em(), run.id)).map((c) => [c.id, c]));
       for (const p of state.pending) {
         const c = calls.get(p.id);
         const content =
@@ -215,7 +228,7 @@ export class TurnExecutor implements RunExecutor {
         }
         state.messages.push({ role: 'assistant', content: reply.text || null, toolCalls: reply.toolCalls });
         for (const call of reply.toolCalls) {
-          await this.handleToolCall(exec, em, state, toolset.tools.get(call.name), call, signal);
+          await this.handleToolCall(exec, em(), state, toolset.tools.get(call.name), call, signal);
         }
         state.elapsedMs += Date.now() - startedAt;
         await exec.checkpoint(state as unknown as Record<string, unknown>);
@@ -234,7 +247,7 @@ export class TurnExecutor implements RunExecutor {
   }
 
   private async initialState(
-    em: EntityManager,
+    em: () => EntityManager,
     agent: AgentRow,
     config: AgentConfig,
     ctx: ToolContext,
@@ -243,12 +256,12 @@ export class TurnExecutor implements RunExecutor {
     const messages: LlmMessage[] = [];
     let system = agent.prompt ?? '';
     if (config.capabilities.memory.enabled) {
-      const notes = await memoryNotes(em, ctx);
+      const notes = await memoryNotes(em(), ctx);
       if (notes.length > 0) system += `\n\nLong-term memory notes:\n${notes.map((n) => `- ${n}`).join('\n')}`;
     }
     if (system.trim()) messages.push({ role: 'system', content: system.trim() });
     if (config.capabilities.memory.enabled && run.sessionId) {
-      const history = await em.execute<Row[]>(
+      const history = await em().execute<Row[]>(
         `select role, content from session_messages
          where session_id = ? and (run_id is null or run_id <> ?) and role in ('user', 'assistant')
          order by created_at, id`,
@@ -313,12 +326,16 @@ export class TurnExecutor implements RunExecutor {
       ));
     let text = '';
     const toolCalls: ToolCall[] = [];
+    // Text deltas merged over a short window (docs/run-engine.md, "Coalesced deltas").
+    const deltas = new TextCoalescer(this.coalesceMs, (content) =>
+      exec.emit('message.delta', { runId: run.id, content }),
+    );
     try {
       const stream = llm.stream({ model, messages, tools: tools.length > 0 ? tools : undefined, signal });
       for await (const part of stream) {
         if (part.type === 'text' && part.text) {
           text += part.text;
-          await exec.emit('message.delta', { runId: run.id, content: part.text });
+          await deltas.push(part.text);
           if (meter?.addStreamedChars(part.text.length)) await meter.check();
         } else if (part.type === 'tool_call') {
           toolCalls.push(part.call);
@@ -326,11 +343,15 @@ export class TurnExecutor implements RunExecutor {
           meter?.addUsage(part.usage);
         }
       }
+      await deltas.flush();
       // A final reply (no tool calls) is settled by the statement that ends the run.
       if (toolCalls.length === 0 && meter) return { text, toolCalls, meter };
       await meter?.finish('success');
       return { text, toolCalls };
     } catch (err) {
+      // The text that came before the failure is shown, as it would have been without the window.
+      if (!(err instanceof RunGoneError)) await deltas.flush().catch(() => undefined);
+      deltas.discard();
       await meter
         ?.finish(signal.aborted || err instanceof RunGoneError ? 'aborted' : 'error')
         .catch((e) => this.deps.log.error({ err: e, runId: run.id }, 'recording agent usage failed'));

@@ -281,3 +281,4 @@ export const SendMessageInput = z.object({
   /** What to do when a turn is already running in the session (docs/agents.md). */
   concurrency: z.enum(CONCURRENCY_POLICIES).default('reject'),
 });
+export type SendMessageInputType = z.infer<typeof SendMessageInput>;

@@ -4,11 +4,13 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   createTestWorkspace,
   type FakeOpenAI,
+  fakeOpenAIEnv,
+  startTestServer,
   startTestServerWithFakeModel,
   type TestServer,
   type TestWorkspace,
 } from '../../test/harness.js';
-import { createAgentWithSession, openTurn, postToolResult, sendMessage } from './test-helpers.js';
+import { createAgentWithSession, openTurn, postToolResult, sendMessage, TurnReader } from './test-helpers.js';
 
 let ts: TestServer & { fake: FakeOpenAI };
 let ws: TestWorkspace;
@@ -46,7 +48,10 @@ describe('a plain turn', () => {
     const types = events.map((e) => e.data.type);
     expect(types[0]).toBe('run.started');
     expect(types.at(-1)).toBe('run.completed');
-    expect(types.filter((t) => t === 'message.delta').length).toBe(4);
+    // Four chunks written at once: the first goes out at once, the rest merged over the window.
+    const deltaCount = types.filter((t) => t === 'message.delta').length;
+    expect(deltaCount).toBeGreaterThanOrEqual(1);
+    expect(deltaCount).toBeLessThanOrEqual(4);
     expect(types.at(-2)).toBe('message.completed');
     events.forEach((e, i) => {
       expect(e.id).toBe(String(i + 1));
@@ -127,6 +132,48 @@ describe('a plain turn', () => {
   });
 });
 
+describe('coalesced deltas', () => {
+  const REPLY = Array.from({ length: 20 }, (_, i) => `w${String(i).padStart(2, '0')} `);
+
+  async function deltasOf(server: TestServer, key: string) {
+    const { sessionId } = await createAgentWithSession(server, key, { name: 'Paced' });
+    // 20 chunks, one every 10 ms: each arrives in a read of its own.
+    ts.fake.script({ text: REPLY, paceMs: 10 });
+    const events = await (await openTurn(server, key, sessionId, { message: 'Go' })).rest();
+    return { sessionId, events, deltas: events.filter((e) => e.data.type === 'message.delta') };
+  }
+
+  it('merges the deltas of a reply over the window: the first at once, the text exactly the reply', async () => {
+    const { sessionId, events, deltas } = await deltasOf(ts, ws.apiKey);
+    // 200 ms of text over a 20 ms window: about one delta per window, never one per chunk.
+    expect(deltas.length).toBeGreaterThanOrEqual(2);
+    expect(deltas.length).toBeLessThanOrEqual(14);
+    expect(deltas[0]?.data.content).toBe(REPLY[0]);
+    expect(deltas.map((e) => e.data.content).join('')).toBe(REPLY.join(''));
+    expect(events.at(-2)?.data).toMatchObject({ type: 'message.completed', content: REPLY.join('') });
+    // The replayed log is the streamed one, event for event.
+    const runId = events[0]?.data.runId as string;
+    const replay = await ts.api(`/managed-agents/sessions/${sessionId}/runs/${runId}/stream`, {
+      key: ws.apiKey,
+    });
+    const replayed = await new TurnReader(replay).rest();
+    expect(replayed.map((e) => [e.id, e.data])).toEqual(events.map((e) => [e.id, e.data]));
+  });
+
+  it('AGENT_STREAM_COALESCE_MS=0 hands on every chunk of the model as it comes', async () => {
+    const plain = await startTestServer({
+      db: ts.db,
+      env: { ...fakeOpenAIEnv(ts.fake), AGENT_STREAM_COALESCE_MS: '0' },
+    });
+    try {
+      const { deltas } = await deltasOf(plain, ws.apiKey);
+      expect(deltas.map((e) => e.data.content)).toEqual(REPLY);
+    } finally {
+      await plain.close();
+    }
+  });
+});
+
 describe('integrator-owned tools', () => {
   it('pauses on tool_call.pending and resumes when the result is posted', async () => {
     const { sessionId } = await createAgentWithSession(ts, ws.apiKey, {
@@ -171,19 +218,20 @@ describe('integrator-owned tools', () => {
     r = await postToolResult(ts, ws.apiKey, sessionId, { toolCallId, result: { status: 'shipped' } });
     expect(r).toEqual({ status: 200, body: { accepted: true, sessionId, toolCallId, status: 'completed' } });
     const events = await turn.rest();
-    const types = events.map((e) => e.data.type);
+    // Consecutive deltas read as one (how many there are depends on the window and the reads).
+    const types = events
+      .map((e) => e.data.type)
+      .filter((t, i, all) => t !== 'message.delta' || all[i - 1] !== t);
     expect(types).toEqual([
       'run.started',
       'tool_call.pending',
       'tool_call.completed',
       'message.delta',
-      'message.delta',
-      'message.delta',
-      'message.delta',
-      'message.delta',
       'message.completed',
       'run.completed',
     ]);
+    const text = events.filter((e) => e.data.type === 'message.delta').map((e) => e.data.content);
+    expect(text.join('')).toBe(events.at(-2)?.data.content);
     expect(events[2]?.data).toMatchObject({ toolCallId, status: 'completed', result: { status: 'shipped' } });
     // the model saw the result
     const second = ts.fake.requests.at(-1)?.body;

@@ -1,0 +1,71 @@
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { TextCoalescer } from './text-coalescer.js';
+
+describe('TextCoalescer', () => {
+  beforeEach(() => {
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'performance'] });
+  });
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  const collect = (windowMs: number) => {
+    const out: string[] = [];
+    const c = new TextCoalescer(windowMs, async (t) => {
+      out.push(t);
+    });
+    return { out, c };
+  };
+
+  it('hands on the first piece at once and gathers the rest until the window ends', async () => {
+    const { out, c } = collect(20);
+    await c.push('a');
+    expect(out).toEqual(['a']);
+    vi.advanceTimersByTime(5);
+    await c.push('b');
+    vi.advanceTimersByTime(5);
+    await c.push('c');
+    expect(out).toEqual(['a']);
+    vi.advanceTimersByTime(10); // 20 ms after 'a'
+    expect(out).toEqual(['a', 'bc']);
+    await c.push('d'); // inside the next window (opened by 'bc')
+    expect(out).toEqual(['a', 'bc']);
+    await c.flush();
+    expect(out).toEqual(['a', 'bc', 'd']);
+    // A quiet window later, the next piece goes out at once again.
+    vi.advanceTimersByTime(50);
+    await c.push('e');
+    expect(out).toEqual(['a', 'bc', 'd', 'e']);
+    await c.flush();
+    expect(out.join('')).toBe('abcde');
+  });
+
+  it('with window 0 hands on every piece as it comes', async () => {
+    const { out, c } = collect(0);
+    for (const t of ['a', 'b', 'c']) await c.push(t);
+    expect(out).toEqual(['a', 'b', 'c']);
+  });
+
+  it('discard drops what waits and stops the timer', async () => {
+    const { out, c } = collect(20);
+    await c.push('a');
+    await c.push('b');
+    c.discard();
+    vi.advanceTimersByTime(100);
+    await c.flush();
+    expect(out).toEqual(['a']);
+  });
+
+  it('a failure of a hand-over made by the timer is thrown by the next call', async () => {
+    let calls = 0;
+    const c = new TextCoalescer(20, async () => {
+      calls++;
+      if (calls === 2) throw new Error('gone');
+    });
+    await c.push('a');
+    await c.push('b');
+    vi.advanceTimersByTime(20);
+    await Promise.resolve();
+    await expect(c.push('c')).rejects.toThrow('gone');
+  });
+});

@@ -1,0 +1,82 @@
+/**
+ * Merges streamed text into fewer, larger pieces (docs/run-engine.md, "Coalesced deltas"):
+ * a piece that comes when nothing went out for `windowMs` goes out at once (so the first text
+ * of a reply is never held back); later pieces gather and go out together when the window
+ * ends, or at `flush`. What goes out, concatenated, is exactly what came in, in order. With
+ * `windowMs` 0 every piece goes out as it comes.
+ *
+ * `out` is called synchronously (by `push`, `flush` or the window's timer), so its effects keep
+ * the order of the calls even when the promise it returns settles later; a failure of a call
+ * made by the timer is thrown by the next `push` or `flush`.
+ */
+export class TextCoalescer {
+  private pending = '';
+  private timer: NodeJS.Timeout | undefined;
+  private lastOut = Number.NEGATIVE_INFINITY;
+  private failed = false;
+  private failure: unknown;
+
+  constructor(
+    private readonly windowMs: number,
+    private readonly out: (text: string) => Promise<unknown>,
+  ) {}
+
+  /** Hands `text` on now, or keeps it for the end of the window. */
+  async push(text: string): Promise<void> {
+    this.rethrow();
+    if (text === '') return;
+    if (this.windowMs <= 0) {
+      await this.out(text);
+      return;
+    }
+    this.pending += text;
+    if (this.timer) return;
+    const wait = this.lastOut + this.windowMs - performance.now();
+    if (wait <= 0) {
+      await this.emit();
+      return;
+    }
+    this.timer = setTimeout(() => {
+      this.timer = undefined;
+      this.emit().catch((err: unknown) => {
+        if (this.failed) return;
+        this.failed = true;
+        this.failure = err;
+      });
+    }, wait);
+  }
+
+  /** Hands on what waits, now (the stream ended, or something else is about to go out). */
+  async flush(): Promise<void> {
+    this.cancelTimer();
+    this.rethrow();
+    if (this.pending !== '') await this.emit();
+  }
+
+  /** Drops what waits and stops the window's timer. */
+  discard(): void {
+    this.cancelTimer();
+    this.pending = '';
+  }
+
+  private emit(): Promise<unknown> {
+    const text = this.pending;
+    this.pending = '';
+    this.lastOut = performance.now();
+    return this.out(text);
+  }
+
+  private cancelTimer(): void {
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = undefined;
+  }
+
+  private rethrow(): void {
+    if (!this.failed) return;
+    this.failed = false;
+    const err = this.failure;
+    this.failure = undefined;
+    this.discard();
+    throw err;
+  }
+}
