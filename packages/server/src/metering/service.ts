@@ -422,7 +422,7 @@ export interface GenerationOptions {
  * line. Parameters: `settleParams`.
  */
 const SETTLE_CTES = `stl_w as (
-         select id, credit_balance_micros as b from workspaces where id = ? for no key update
+         select id, credit_balance_micros as b from workspaces where id = ? for update
        ), stl_h as (
          delete from credit_holds where id = ? and workspace_id in (select id from stl_w) returning held_micros
        ), stl_amt as (
@@ -1036,7 +1036,7 @@ export class PgMetering implements Metering {
         }[]
       >(
         `with w as (
-           select id from workspaces where id = ? for no key update
+           select id from workspaces where id = ? for update
          ), h as (
            delete from credit_holds where id = ? and expires_at < now() and workspace_id in (select id from w)
            returning *

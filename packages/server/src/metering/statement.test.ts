@@ -1,4 +1,3 @@
-import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestWorkspace, startTestServer, type TestServer } from '../test/harness.js';
 import type { PgMetering } from './service.js';
@@ -194,48 +193,4 @@ describe('a settlement inside the caller statement', () => {
     expect(await ledgerOf(ws.workspaceId)).toEqual([['debit', -120, 'req_s2']]);
     expect(await recordsOf(ws.workspaceId)).toEqual([]);
   });
-});
-
-describe('lock modes of the balance statements', () => {
-  // A row inserted anywhere with a workspace_id (a message, a run, a usage record) makes
-  // PostgreSQL take FOR KEY SHARE on the workspace row until its transaction ends. The balance
-  // statements lock that row FOR NO KEY UPDATE: they serialise among themselves and never wait
-  // for such a transaction. With FOR UPDATE they did, and under a burst an agent turn's end
-  // statement (inserting its final message) and two settlements deadlocked (a 1 s stall, then
-  // one statement aborted). The sweep's lock is the same. One session serves every connection
-  // on PGlite: server database only.
-  it.skipIf(!process.env.DATABASE_URL)(
-    'a settlement goes on while another transaction holds the workspace row FOR KEY SHARE',
-    async () => {
-      const ws = await createTestWorkspace(ts, { creditsUsd: '0.001' });
-      const model = ts.server.deps.models.resolve('chat');
-      const input = {
-        workspaceId: ws.workspaceId,
-        apiKeyId: ws.keyId,
-        endpoint: '/test',
-        requestId: 'req_k1',
-        meter: 'credits' as const,
-        model,
-      };
-      const meter = await metering.startGeneration(input, { inputTokens: 100 });
-      meter.addUsage({ inputTokens: 100, outputTokens: 5, estimated: false });
-      const other = new pg.Client({ connectionString: ts.db.databaseUrl });
-      await other.connect();
-      try {
-        await other.query('begin');
-        await other.query('select id from workspaces where id = $1 for key share', [ws.workspaceId]);
-        const settled = meter.finish('success').then(() => 'settled');
-        const blocked = new Promise((r) => setTimeout(() => r('blocked'), 5000));
-        expect(await Promise.race([settled, blocked])).toBe('settled');
-      } finally {
-        await other.query('rollback').catch(() => undefined);
-        await other.end();
-      }
-      expect(await holdsOf(ws.workspaceId)).toEqual([]);
-      expect(await ledgerOf(ws.workspaceId)).toEqual([
-        ['debit', -120, 'req_k1'],
-        ['refund', 10, 'req_k1'],
-      ]);
-    },
-  );
 });

@@ -254,7 +254,7 @@ export class AgentsService {
     await this.assertConfigUrls(patch.config);
     return this.em.transactional(async (tx) => {
       const rows = await tx.execute<Row[]>(
-        `select * from apps where id = ? and workspace_id = ? and app_type = 'agent' for no key update`,
+        `select * from apps where id = ? and workspace_id = ? and app_type = 'agent' for update`,
         [isUuid(agentId) ? agentId : randomUUID(), this.ws],
       );
       if (!rows[0]) throw notFound(AGENT_NOT_FOUND);

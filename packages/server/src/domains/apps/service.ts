@@ -396,7 +396,7 @@ export class MemoryService {
     if (!isUuid(threadId)) throw threadNotFound();
     const sub = this.subjectFilter();
     const rows = await em.execute<ThreadRow[]>(
-      `select * from app_threads where id = ? and workspace_id = ? and app_id = ?${sub.sql}${forUpdate ? ' for no key update' : ''}`,
+      `select * from app_threads where id = ? and workspace_id = ? and app_id = ?${sub.sql}${forUpdate ? ' for update' : ''}`,
       [threadId, this.principal.workspaceId, appId, ...sub.params],
     );
     if (!rows[0]) throw threadNotFound();

@@ -125,7 +125,7 @@ export class MembersService {
 
   /** Locks the workspace row and reads the target's membership; 404 `Member not found`. */
   private async lockMember(em: EntityManager, workspaceId: string, userId: string) {
-    await em.execute('select id from workspaces where id = ? for no key update', [workspaceId]);
+    await em.execute('select id from workspaces where id = ? for update', [workspaceId]);
     const rows = isUuid(userId)
       ? await em.execute<{ role: Role }[]>(
           'select role from memberships where workspace_id = ? and user_id = ?',
@@ -212,7 +212,7 @@ export class MembersService {
     const expiresAt = new Date(Math.floor(Date.now() / 1000 + this.settings.invitationTtlSeconds) * 1000);
     const workspaceName = await this.em.transactional(async (em) => {
       const ws = await em.execute<{ name: string }[]>(
-        "select name from workspaces where id = ? and status = 'active' for no key update",
+        "select name from workspaces where id = ? and status = 'active' for update",
         [workspaceId],
       );
       if (!ws[0]) throw notFound('Workspace not found');

@@ -744,7 +744,7 @@ export class RagService {
   ): Promise<string> {
     const id = randomUUID();
     await this.em.transactional(async (em) => {
-      await em.execute('select id from workspaces where id = ? for no key update', [workspaceId]);
+      await em.execute('select id from workspaces where id = ? for update', [workspaceId]);
       const status = await new RagService(this.deps, em).quotaStatus(workspaceId);
       if (status.quota !== null && status.used >= status.quota) {
         throw new QuotaExceededError(status.quota, status.used);

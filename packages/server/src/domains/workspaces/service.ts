@@ -161,10 +161,9 @@ export class WorkspacesService {
     }
     return this.em.transactional(async (em) => {
       // Lock the workspace row so concurrent creations cannot both pass the limit.
-      const rows = await em.execute<{ id: string }[]>(
-        'select id from workspaces where id = ? for no key update',
-        [input.workspaceId],
-      );
+      const rows = await em.execute<{ id: string }[]>('select id from workspaces where id = ? for update', [
+        input.workspaceId,
+      ]);
       if (rows.length === 0) throw notFound(`Workspace not found: ${input.workspaceId}`);
       if (input.actingUserId) {
         const m = await em.findOne(MembershipEntity, {
