@@ -327,7 +327,12 @@ async function main() {
         await backendCpu?.start();
         const s0 = await ask<{ type: string; cpuMicros: number }>(server.child, 'stats');
         const w0 = Date.now();
-        const r = await load(t, n, c);
+        // A failed request ends the bench with its error (the sampler stopped first, so that
+        // error is the one reported).
+        const r = await load(t, n, c).catch(async (err: unknown) => {
+          await backendCpu?.stop();
+          throw err;
+        });
         const seconds = (Date.now() - w0) / 1000;
         const s1 = await ask<{ type: string; cpuMicros: number }>(server.child, 'stats');
         const dbCpu = await backendCpu?.stop();

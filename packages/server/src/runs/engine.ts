@@ -5,7 +5,7 @@ import type { SqlExecutor } from '../db/sql.js';
 import { badRequest } from '../http/errors.js';
 import type { RunBus } from './bus.js';
 import { EventWriter, LiveLog } from './live-log.js';
-import { type NewRun, runStore } from './store.js';
+import { type NewRun, retryTransient, runStore } from './store.js';
 import {
   type FinalWrites,
   isTerminalEvent,
@@ -561,15 +561,19 @@ export class RunEngine {
       // No NOTIFY in this statement: its flushed commit would hold PostgreSQL's NOTIFY lock,
       // which serialises every notifying commit (decision 0021 §18). Readers elsewhere are
       // told with the node's next event batch.
-      res = await runStore.finishOwned(
-        this.opts.sql,
-        live.runId,
-        this.workerId,
-        status,
-        payload,
-        error,
-        [...pending, ...last],
-        final,
+      // A deadlock victim wrote nothing: run again (the balance row's lockers can form a
+      // cycle with this statement's foreign-key checks, decision 0021 §25).
+      res = await retryTransient(() =>
+        runStore.finishOwned(
+          this.opts.sql,
+          live.runId,
+          this.workerId,
+          status,
+          payload,
+          error,
+          [...pending, ...last],
+          final,
+        ),
       );
     } finally {
       await beside;

@@ -7,7 +7,7 @@ import { RunEngine } from './engine.js';
 
 export { RunBus } from './bus.js';
 export { RunEngine, WORKER_LOST_ERROR } from './engine.js';
-export { isUniqueViolation, runStore } from './store.js';
+export { isTransientConflict, isUniqueViolation, retryTransient, runStore } from './store.js';
 export * from './types.js';
 
 const intEnv = (v: string | undefined, fallback: number) => {

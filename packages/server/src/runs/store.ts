@@ -85,6 +85,29 @@ export const isUniqueViolation = (err: unknown): boolean =>
   (err as { code?: string })?.code === '23505' ||
   (err as Error)?.constructor?.name === 'UniqueConstraintViolationException';
 
+/**
+ * A statement PostgreSQL aborted to break a deadlock (40P01) or a serialization conflict
+ * (40001): nothing of it was written, and running it again is the documented remedy.
+ */
+export const isTransientConflict = (err: unknown): boolean => {
+  const code = (err as { code?: string })?.code;
+  return code === '40P01' || code === '40001';
+};
+
+/**
+ * Runs a one-statement transaction again (up to `attempts` times in all) when PostgreSQL
+ * aborted it as a deadlock victim or for a serialization conflict; anything else is thrown.
+ */
+export async function retryTransient<T>(run: () => Promise<T>, attempts = 3): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await run();
+    } catch (err) {
+      if (attempt >= attempts || !isTransientConflict(err)) throw err;
+    }
+  }
+}
+
 export interface TurnAdmission {
   /** The session was not found in the workspace. */
   missing: boolean;

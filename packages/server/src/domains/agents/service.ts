@@ -6,7 +6,7 @@ import { AppError, badRequest, conflict, forbidden, notFound } from '../../http/
 import { insufficientCredits, rateLimitHeaders } from '../../metering/service.js';
 import type { Metering } from '../../metering/types.js';
 import type { ModelCatalog } from '../../providers/llm.js';
-import { isUniqueViolation, type RunRecord, runStore } from '../../runs/index.js';
+import { isTransientConflict, isUniqueViolation, type RunRecord, runStore } from '../../runs/index.js';
 import { catalogService } from '../catalogs/service.js';
 import { connectedServers } from '../tool-servers/service.js';
 import { callbackSecret, deepMerge, effectiveConfig, isUuid } from './config.js';
@@ -538,7 +538,8 @@ export class AgentsService {
         }
         return { run: admitted.run, headers };
       } catch (err) {
-        if (attempt < 3 && isUniqueViolation(err)) continue;
+        // A run id taken meanwhile, or a deadlock victim (nothing was written): admit again.
+        if (attempt < 3 && (isUniqueViolation(err) || isTransientConflict(err))) continue;
         throw err;
       }
     }
