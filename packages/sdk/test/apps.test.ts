@@ -72,7 +72,8 @@ describe('client.apps chat', () => {
     const tokens: string[] = [];
     for await (const t of stream) tokens.push(t);
     expect(tokens.join('')).toBe('Streaming works fine.');
-    expect(tokens.length).toBeGreaterThan(3);
+    // The first chunk at once, the rest merged over the server's window.
+    expect(tokens.length).toBeGreaterThanOrEqual(2);
     expect(await stream.finalText()).toBe('Streaming works fine.');
     const done = await stream.done;
     expect(done).toMatchObject({ type: 'done', turnId: expect.stringMatching(/^turn_/) });

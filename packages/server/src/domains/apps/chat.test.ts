@@ -4,6 +4,7 @@ import {
   createTestWorkspace,
   creditBalance,
   type FakeOpenAI,
+  fakeOpenAIEnv,
   startTestServer,
   startTestServerWithFakeModel,
   type TestServer,
@@ -302,7 +303,12 @@ describe('POST /apps/{appId}/chat/message/stream', () => {
     expect(res.headers.get('connection')).toBe('keep-alive');
     const events = sseEvents(await res.text());
     const tokens = events.filter((e) => e.type === 'token');
-    expect(tokens.map((e) => e.content)).toEqual(['Hello', ' ther', 'e, st', 'udent', '!']);
+    // Five chunks at once: the first goes out at once, the rest merged over the window
+    // (APP_CHAT_STREAM_COALESCE_MS); the tokens' text is the reply.
+    expect(tokens[0]?.content).toBe('Hello');
+    expect(tokens.length).toBeGreaterThanOrEqual(2);
+    expect(tokens.length).toBeLessThanOrEqual(5);
+    expect(tokens.map((e) => e.content).join('')).toBe('Hello there, student!');
     for (const e of tokens) expect(Object.keys(e).sort()).toEqual(['content', 'type']);
     const done = events.at(-1);
     expect(events.filter((e) => e.type === 'done')).toHaveLength(1);
@@ -400,6 +406,26 @@ describe('POST /apps/{appId}/chat/message/stream', () => {
       origin: 'https://evil.example',
     });
     expect(refused.status).toBe(403);
+  });
+
+  it('APP_CHAT_STREAM_COALESCE_MS=0 sends every chunk of the model as a token event', async () => {
+    const plain = await startTestServer({
+      db: ts.db,
+      env: { ...fakeOpenAIEnv(ts.fake), APP_CHAT_STREAM_COALESCE_MS: '0' },
+    });
+    try {
+      ts.fake.script({ text: 'Hello there, student!', chunkSize: 5 });
+      const res = await plain.api(`/apps/${appId}/chat/message/stream`, {
+        method: 'POST',
+        key: ws.apiKey,
+        json: { message: 'Hi', role: 'student' },
+      });
+      expect(res.status, await res.clone().text()).toBe(200);
+      const tokens = sseEvents(await res.text()).filter((e) => e.type === 'token');
+      expect(tokens.map((e) => e.content)).toEqual(['Hello', ' ther', 'e, st', 'udent', '!']);
+    } finally {
+      await plain.close();
+    }
   });
 });
 

@@ -16,12 +16,19 @@ import { jsonBodyParser } from '../../http/json-body.js';
 import { securityFor } from '../../http/openapi-security.js';
 import type { RawRouteModule } from '../../http/raw-routes.js';
 import { SseWriter } from '../../http/sse.js';
+import { TextCoalescer } from '../../runs/text-coalescer.js';
 import { type AppChatCaller, AppChatService, appChatDeps } from './chat.js';
 import { appsCors } from './cors.js';
 import { ChatMessageInput, ChatStreamEventSchema } from './schema.js';
 
 export const STREAM_PATH = '/apps/{appId}/chat/message/stream';
 const HEARTBEAT_MS = 15_000;
+
+/** `APP_CHAT_STREAM_COALESCE_MS` (default 20): the window `token` events are merged over. */
+function coalesceMs(deps: ServerDeps): number {
+  const n = Number(deps.config.env.APP_CHAT_STREAM_COALESCE_MS ?? 20);
+  return Number.isFinite(n) && n >= 0 ? n : 20;
+}
 
 /**
  * `POST /apps/{appId}/chat/message/stream` (spec 4.6 / 6.2). Everything that can fail before
@@ -70,10 +77,26 @@ async function chatStream(deps: ServerDeps, req: Request, res: Response) {
     res.on('close', () => {
       if (!res.writableFinished) upstream.abort();
     });
-    sse = new SseWriter(res, { heartbeatMs: HEARTBEAT_MS });
-    for await (const ev of service.run(turn, upstream.signal)) {
-      const { cause: _cause, ...event } = ev as typeof ev & { cause?: unknown };
-      sse.send({ data: JSON.stringify(event) });
+    const out = new SseWriter(res, { heartbeatMs: HEARTBEAT_MS });
+    sse = out;
+    // Text merged over a short window, the first at once (as an agent turn's deltas, decision
+    // 0021 §24): fewer `token` events, each still the next piece of the reply.
+    const tokens = new TextCoalescer(coalesceMs(deps), async (content) => {
+      out.send({ data: JSON.stringify({ type: 'token', content }) });
+    });
+    try {
+      for await (const ev of service.run(turn, upstream.signal)) {
+        if (ev.type === 'token') {
+          await tokens.push(ev.content);
+          continue;
+        }
+        await tokens.flush();
+        const { cause: _cause, ...event } = ev as typeof ev & { cause?: unknown };
+        out.send({ data: JSON.stringify(event) });
+      }
+      await tokens.flush();
+    } finally {
+      tokens.discard();
     }
     sse.end();
   } catch (err) {
