@@ -88,3 +88,47 @@ describe('turn failures and pack tools', () => {
     });
   });
 });
+
+describe('the turn route before express (http/fast-path.ts)', () => {
+  const post = (sessionId: string, body: string, headers: Record<string, string> = {}, key = ws.apiKey) =>
+    fetch(`${ts.url}/api/v1/managed-agents/sessions/${sessionId}/messages`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', ...headers },
+      body,
+    });
+
+  it('answers bad bodies, credentials and ids as the general path does, and starts nothing', async () => {
+    const { sessionId } = await createAgentWithSession(ts, ws.apiKey, { name: 'Edges' });
+    const expectError = async (res: Response, status: number, error: string) => {
+      expect(res.status).toBe(status);
+      expect(await res.json()).toMatchObject({ error });
+    };
+    await expectError(await post(sessionId, '{"message":'), 400, 'Invalid request body');
+    await expectError(
+      await post(sessionId, `${'['.repeat(100)}${']'.repeat(100)}`),
+      400,
+      'Invalid request body',
+    );
+    await expectError(
+      await post(sessionId, JSON.stringify({ message: 'x'.repeat(1_100_000) })),
+      413,
+      'Request body too large',
+    );
+    // Not JSON, not a key, not a session id, an unknown field value: handed to express.
+    await expectError(
+      await post(sessionId, 'message=hi', { 'content-type': 'text/plain' }),
+      400,
+      'Invalid request body',
+    );
+    await expectError(await post(sessionId, '{"message":"hi"}', {}, 'svc_ai_nope'), 401, 'Invalid API key');
+    await expectError(await post('..%2F..%2Fagents', '{"message":"hi"}'), 404, 'Session not found');
+    await expectError(await post(sessionId, '{"message":"  "}'), 400, 'message is required');
+    const badPolicy = await post(sessionId, '{"message":"hi","concurrency":"never"}');
+    expect(badPolicy.status).toBe(400);
+    expect((await badPolicy.json()).error).toMatch(/^concurrency: /);
+    const runs = await ts.server.deps
+      .em()
+      .execute<{ n: string }[]>('select count(*) as n from runs where session_id = ?', [sessionId]);
+    expect(Number(runs[0]?.n)).toBe(0);
+  });
+});
