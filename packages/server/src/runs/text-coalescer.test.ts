@@ -1,5 +1,5 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { TextCoalescer } from './text-coalescer.js';
+import { coalesceWindowMs, DEFAULT_COALESCE_MS, TextCoalescer } from './text-coalescer.js';
 
 describe('TextCoalescer', () => {
   beforeEach(() => {
@@ -67,5 +67,13 @@ describe('TextCoalescer', () => {
     vi.advanceTimersByTime(20);
     await Promise.resolve();
     await expect(c.push('c')).rejects.toThrow('gone');
+  });
+
+  it('reads a window setting: ms from 0 up, anything else the default', () => {
+    expect(coalesceWindowMs(undefined)).toBe(DEFAULT_COALESCE_MS);
+    expect(coalesceWindowMs('0')).toBe(0);
+    expect(coalesceWindowMs('35')).toBe(35);
+    expect(coalesceWindowMs('-5')).toBe(DEFAULT_COALESCE_MS);
+    expect(coalesceWindowMs('soon')).toBe(DEFAULT_COALESCE_MS);
   });
 });

@@ -17,7 +17,7 @@ import { estimateTokens, messageChars } from '../../providers/openai-provider.js
 import { webSearchProvidersFromEnv } from '../../providers/web-search.js';
 import type { FinalWrites, RunExecution, RunExecutor, RunKind, RunOutcome } from '../../runs/index.js';
 import { RunGoneError, runStore } from '../../runs/index.js';
-import { TextCoalescer } from '../../runs/text-coalescer.js';
+import { coalesceWindowMs, TextCoalescer } from '../../runs/text-coalescer.js';
 import { effectiveConfig } from './config.js';
 import { parseAllowlist } from './outbound.js';
 import type { AgentConfig } from './schema.js';
@@ -46,13 +46,6 @@ function takeAdmittedHold(exec: RunExecution): AdmittedHold | undefined {
   if (hold && exec.local) exec.local.hold = undefined;
   return hold;
 }
-/**
- * Default window over which a reply's text deltas are merged into one `message.delta`: a
- * reply streamed a token every few milliseconds makes a few events, not one per token (each
- * event is written to the log, to every reader and parsed by every client).
- */
-export const DEFAULT_COALESCE_MS = 20;
-
 const num = (v: string | undefined, d: number) => (v && Number.isFinite(Number(v)) ? Number(v) : d);
 
 type Row = Record<string, unknown>;
@@ -91,7 +84,7 @@ export class TurnExecutor implements RunExecutor {
   ) {
     this.kind = loop.kind ?? 'turn';
     const env = deps.config.env;
-    this.coalesceMs = num(env.AGENT_STREAM_COALESCE_MS, DEFAULT_COALESCE_MS);
+    this.coalesceMs = coalesceWindowMs(env.AGENT_STREAM_COALESCE_MS);
     this.toolEnv = {
       em: deps.em,
       log: deps.log,

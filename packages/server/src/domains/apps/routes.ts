@@ -16,7 +16,7 @@ import { jsonBodyParser } from '../../http/json-body.js';
 import { securityFor } from '../../http/openapi-security.js';
 import type { RawRouteModule } from '../../http/raw-routes.js';
 import { SseWriter } from '../../http/sse.js';
-import { TextCoalescer } from '../../runs/text-coalescer.js';
+import { coalesceWindowMs, TextCoalescer } from '../../runs/text-coalescer.js';
 import { type AppChatCaller, AppChatService, appChatDeps } from './chat.js';
 import { appsCors } from './cors.js';
 import { ChatMessageInput, ChatStreamEventSchema } from './schema.js';
@@ -24,17 +24,11 @@ import { ChatMessageInput, ChatStreamEventSchema } from './schema.js';
 export const STREAM_PATH = '/apps/{appId}/chat/message/stream';
 const HEARTBEAT_MS = 15_000;
 
-/** `APP_CHAT_STREAM_COALESCE_MS` (default 20): the window `token` events are merged over. */
-function coalesceMs(deps: ServerDeps): number {
-  const n = Number(deps.config.env.APP_CHAT_STREAM_COALESCE_MS ?? 20);
-  return Number.isFinite(n) && n >= 0 ? n : 20;
-}
-
 /**
  * `POST /apps/{appId}/chat/message/stream` (spec 4.6 / 6.2). Everything that can fail before
  * the model is called answers with a JSON error status; after that, failures are `error` events.
  */
-async function chatStream(deps: ServerDeps, req: Request, res: Response) {
+async function chatStream(deps: ServerDeps, coalesceMs: number, req: Request, res: Response) {
   let sse: SseWriter | undefined;
   try {
     // An API key is resolved by the admission statement itself; widget tokens (and the web
@@ -81,7 +75,7 @@ async function chatStream(deps: ServerDeps, req: Request, res: Response) {
     sse = out;
     // Text merged over a short window, the first at once (as an agent turn's deltas, decision
     // 0021 §24): fewer `token` events, each still the next piece of the reply.
-    const tokens = new TextCoalescer(coalesceMs(deps), async (content) => {
+    const tokens = new TextCoalescer(coalesceMs, async (content) => {
       out.send({ data: JSON.stringify({ type: 'token', content }) });
     });
     try {
@@ -122,8 +116,10 @@ export const appsRawRoutes: RawRouteModule = {
   name: 'apps',
   mount(router, deps) {
     router.use('/apps', appsCors);
+    // The window `token` events are merged over (decision 0021 §24), read once.
+    const coalesceMs = coalesceWindowMs(deps.config.env.APP_CHAT_STREAM_COALESCE_MS);
     router.post('/apps/:appId/chat/message/stream', ...jsonBodyParser('1mb'), (req, res) =>
-      chatStream(deps, req, res),
+      chatStream(deps, coalesceMs, req, res),
     );
   },
   openapi: {
