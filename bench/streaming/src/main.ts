@@ -173,13 +173,17 @@ const pct = (xs: number[], p: number) => {
 async function load(t: Target, total: number, concurrency: number) {
   const ttfb: number[] = [];
   const times: number[] = [];
+  /** Per request: start (ms since the phase began), first text, total (ms). */
+  const samples: [number, number, number][] = [];
   let next = 0;
   const t0 = process.hrtime.bigint();
   await Promise.all(
     Array.from({ length: concurrency }, async (_, client) => {
       while (next < total) {
         next++;
+        const startedAt = Number(process.hrtime.bigint() - t0) / 1e6;
         const r = await once(t, client);
+        samples.push([startedAt, r.ttfb, r.total]);
         ttfb.push(r.ttfb);
         times.push(r.total);
       }
@@ -192,6 +196,7 @@ async function load(t: Target, total: number, concurrency: number) {
     ttfbP99: pct(ttfb, 99),
     totalP50: pct(times, 50),
     totalP99: pct(times, 99),
+    samples,
   };
 }
 
@@ -316,6 +321,7 @@ async function main() {
       await load(t, WARMUP_C50, 50);
     }
     const results: Record<string, unknown>[] = [];
+    const samples: Record<string, [number, number, number][]> = {};
     for (const t of targets) {
       for (const [c, n] of [
         [1, N1],
@@ -334,6 +340,7 @@ async function main() {
           throw err;
         });
         const seconds = (Date.now() - w0) / 1000;
+        samples[`${t.name} c=${c}`] = r.samples;
         const s1 = await ask<{ type: string; cpuMicros: number }>(server.child, 'stats');
         const dbCpu = await backendCpu?.stop();
         if (serverDb) await new Promise((r) => setTimeout(r, STATS_SETTLE_MS));
@@ -342,7 +349,11 @@ async function main() {
           path: t.name,
           concurrency: c,
           requests: n,
-          ...r,
+          rps: r.rps,
+          ttfbP50: r.ttfbP50,
+          ttfbP99: r.ttfbP99,
+          totalP50: r.totalP50,
+          totalP99: r.totalP99,
           serverCpuMs: t.name === 'direct' ? 0 : (s1.cpuMicros - s0.cpuMicros) / 1000 / n,
           dbCpuMs: dbCpu ? dbCpu.ms / n : Number.NaN,
           dbBackends: dbCpu?.backends ?? 0,
@@ -378,6 +389,9 @@ async function main() {
       );
     }
     if (process.env.BENCH_JSON) fs.writeFileSync(process.env.BENCH_JSON, JSON.stringify(results, null, 2));
+    // Every measured request as [start ms into its phase, first text ms, total ms], per phase:
+    // shows whether slow requests are spread out or come together (a phase's first wave).
+    if (process.env.BENCH_SAMPLES) fs.writeFileSync(process.env.BENCH_SAMPLES, JSON.stringify(samples));
   } finally {
     await watcher?.end();
     agent.destroy();
