@@ -1,4 +1,4 @@
-import { randomUUID } from 'node:crypto';
+import { randomInt, randomUUID } from 'node:crypto';
 import { ACTIVE_API_KEY_WHERE, API_KEY_FROM, TOUCH_API_KEY_CTE } from '../auth/api-keys.js';
 import { apiKeyPrincipal } from '../auth/principal.js';
 import type { SqlExecutor } from '../db/sql.js';
@@ -102,13 +102,79 @@ export interface TokenQuotaStatus {
 export const RATE_LIMIT_WINDOW_START = 'to_timestamp(floor(extract(epoch from now()) / ?) * ?)';
 export const rateLimitUpsert = (
   rows: string,
+  returning = 'hits',
 ) => `insert into rate_limit_windows as r (key, window_start, hits)
        ${rows}
        on conflict (key) do update set
          hits = case when r.window_start = excluded.window_start then r.hits + 1 else 1 end,
          window_start = excluded.window_start
-       returning hits, extract(epoch from (window_start - now())) + ? as reset_in`;
+       returning ${returning}, extract(epoch from (window_start - now())) + ? as reset_in`;
 const RATE_LIMIT_UPSERT = rateLimitUpsert(`values (?, ${RATE_LIMIT_WINDOW_START}, 1)`);
+
+/**
+ * From this limit per window on, an admission statement counts a bucket's window over
+ * `RATE_LIMIT_SHARDS` rows (decision 0021 §28). The unit is an upsert that locks its row
+ * until the statement commits, and an admission statement takes it first: with one row, every
+ * admission of the workspace waited for the one before to commit. A request takes its unit on
+ * a row picked at random and adds the other rows' counts as its statement sees them, so
+ * requests in flight together can pass the limit by at most their number at the moment it is
+ * crossed — nothing at limits below this one, where the count stays exact on one row.
+ */
+export const SHARDED_RATE_LIMIT_MIN = 10_000;
+export const RATE_LIMIT_SHARDS = 8;
+
+/**
+ * The `rl` CTE (`hits`, `reset_in`) of an admission statement: one unit of the bucket's
+ * current window taken for each row of `k` that meets `where` (a condition with its own `?`
+ * parameters). `sharded` (the rule's limit ≥ `SHARDED_RATE_LIMIT_MIN`) spreads the count over
+ * `RATE_LIMIT_SHARDS` rows. Parameters: `rateLimitCteParams`.
+ */
+export const rateLimitCte = (where: string, sharded: boolean): string =>
+  sharded
+    ? `rl_own as (
+         ${rateLimitUpsert(
+           `select ? || k.workspace_id::text || ?, ${RATE_LIMIT_WINDOW_START}, 1 from k where ${where}`,
+           'key, window_start, hits',
+         )}
+       ), rl as (
+         select (o.hits + coalesce((
+                  select sum(x.hits) from rate_limit_windows x
+                   where x.window_start = o.window_start and x.key <> o.key
+                     and x.key in (select ? || k.workspace_id::text || ':s' || g from k, generate_series(0, ?::int) g)
+                ), 0))::int as hits, o.reset_in
+           from rl_own o
+       )`
+    : `rl as (
+         ${rateLimitUpsert(`select ? || k.workspace_id::text, ${RATE_LIMIT_WINDOW_START}, 1 from k where ${where}`)}
+       )`;
+
+/** `rateLimitCte`'s parameters: the bucket's key prefix (`agent_message:`), `where`'s own. */
+export const rateLimitCteParams = (
+  prefix: string,
+  windowSeconds: number,
+  sharded: boolean,
+  whereParams: unknown[],
+): unknown[] =>
+  sharded
+    ? [
+        prefix,
+        `:s${randomInt(RATE_LIMIT_SHARDS)}`,
+        windowSeconds,
+        windowSeconds,
+        ...whereParams,
+        windowSeconds,
+        prefix,
+        RATE_LIMIT_SHARDS - 1,
+      ]
+    : [prefix, windowSeconds, windowSeconds, ...whereParams, windowSeconds];
+
+/** Whether a bucket's count is spread over `RATE_LIMIT_SHARDS` rows (`rateLimitCte`). */
+export const shardedRateLimit = (limited: boolean, limit: number): boolean =>
+  limited && limit >= SHARDED_RATE_LIMIT_MIN;
+
+/** `RATE_LIMIT_UPSERT` over the rows of a sharded bucket (`Metering.rateLimit`). */
+const RATE_LIMIT_SHARDED = `with k as (select ?::uuid as workspace_id), ${rateLimitCte('true', true)}
+  select hits, reset_in from rl`;
 
 /**
  * RateLimit-* headers for a window with `hits` taken, or the 429 (`Retry-After` added) when
@@ -1198,13 +1264,19 @@ export class PgMetering implements Metering {
     if (!rule || rule.limit <= 0) return {};
     const w = rule.windowSeconds;
     // One statement per request: a fixed window keyed by workspace and bucket, in the
-    // database's clock, so every process shares the same counter.
-    const rows = await this.db().execute<{ hits: number; reset_in: string | number }[]>(RATE_LIMIT_UPSERT, [
-      `${bucket}:${workspaceId}`,
-      w,
-      w,
-      w,
-    ]);
+    // database's clock, so every process shares the same counter — over the same rows as the
+    // admission statements' (`rateLimitCte`) when the limit spreads it.
+    const rows = shardedRateLimit(true, rule.limit)
+      ? await this.db().execute<{ hits: number; reset_in: string | number }[]>(RATE_LIMIT_SHARDED, [
+          workspaceId,
+          ...rateLimitCteParams(`${bucket}:`, w, true, []),
+        ])
+      : await this.db().execute<{ hits: number; reset_in: string | number }[]>(RATE_LIMIT_UPSERT, [
+          `${bucket}:${workspaceId}`,
+          w,
+          w,
+          w,
+        ]);
     const row = rows[0] as { hits: number; reset_in: string | number };
     return rateLimitHeaders(rule, Number(row.hits), Number(row.reset_in));
   }
@@ -1230,6 +1302,7 @@ export class PgMetering implements Metering {
     const rule = this.settings.rateLimits[bucket];
     const limited = admit && !!rule && rule.limit > 0;
     const w = rule?.windowSeconds ?? 60;
+    const sharded = shardedRateLimit(limited, rule?.limit ?? 0);
     const reservationId = randomUUID();
     const rows = await this.db().execute<
       {
@@ -1249,9 +1322,7 @@ export class PgMetering implements Metering {
                 w.monthly_token_quota as quota, ${CYCLE_START_SQL('w.billing_cycle_anchor')} as cs
            from ${API_KEY_FROM} cross join async_commit
           where ${ACTIVE_API_KEY_WHERE}
-       ), ${TOUCH_API_KEY_CTE}, rl as (
-         ${rateLimitUpsert(`select ? || k.workspace_id::text, ${RATE_LIMIT_WINDOW_START}, 1 from k where ?::boolean`)}
-       ), res as (
+       ), ${TOUCH_API_KEY_CTE}, ${rateLimitCte('?::boolean', sharded)}, res as (
          insert into workspace_token_usage as t (workspace_id, cycle_start, tokens, reserved)
          select k.workspace_id, k.cs, 0, ?::bigint from k
           where ?::boolean and k.quota is not null and k.quota > 0
@@ -1269,11 +1340,7 @@ export class PgMetering implements Metering {
          left join rl on true`,
       [
         keyHash,
-        `${bucket}:`,
-        w,
-        w,
-        limited,
-        w,
+        ...rateLimitCteParams(`${bucket}:`, w, sharded, [limited]),
         Math.max(1, Math.ceil(reserveTokens)),
         admit,
         limited,

@@ -2,7 +2,7 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { ACTIVE_API_KEY_WHERE, API_KEY_FROM, TOUCH_API_KEY_CTE } from '../auth/api-keys.js';
 import { emExecutor, type SqlExecutor } from '../db/sql.js';
-import { RATE_LIMIT_WINDOW_START, rateLimitUpsert } from '../metering/service.js';
+import { rateLimitCte, rateLimitCteParams, shardedRateLimit } from '../metering/service.js';
 import type { RunEvent, RunKind, RunRecord, RunStatus, ToolCallRecord } from './types.js';
 
 type Row = Record<string, unknown>;
@@ -291,6 +291,7 @@ export const runStore = {
     | undefined
   > {
     const w = t.rate.windowSeconds;
+    const sharded = shardedRateLimit(t.rate.limited, t.rate.limit);
     // The run records the key it was started with (usage records name it).
     const q = turnAdmissionSql(
       '(select workspace_id from go)',
@@ -303,9 +304,7 @@ export const runStore = {
          select k.id, k.name, k.workspace_id, w.name as workspace_name, w.credit_balance_micros as balance
            from ${API_KEY_FROM} cross join async_commit
           where ${ACTIVE_API_KEY_WHERE}
-       ), ${TOUCH_API_KEY_CTE}, rl as (
-         ${rateLimitUpsert(`select ? || k.workspace_id::text, ${RATE_LIMIT_WINDOW_START}, 1 from k where ?::boolean`)}
-       ), go as (
+       ), ${TOUCH_API_KEY_CTE}, ${rateLimitCte('?::boolean', sharded)}, go as (
          select k.workspace_id from k
           where ?::boolean and k.balance > 0
             and (not ?::boolean or coalesce((select hits from rl), 0) <= ?::int)
@@ -333,13 +332,9 @@ export const runStore = {
        from k left join rl on true`,
       [
         t.keyHash,
-        'agent_message:',
-        w,
-        w,
         // No unit taken (no row written, no row lock shared by the workspace's turns) when the
         // bucket has no limit, as `metering.rateLimit` does.
-        t.admit && t.rate.limited,
-        w,
+        ...rateLimitCteParams('agent_message:', w, sharded, [t.admit && t.rate.limited]),
         t.admit,
         t.rate.limited,
         t.rate.limit,

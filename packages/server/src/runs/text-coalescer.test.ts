@@ -75,5 +75,8 @@ describe('TextCoalescer', () => {
     expect(coalesceWindowMs('35')).toBe(35);
     expect(coalesceWindowMs('-5')).toBe(DEFAULT_COALESCE_MS);
     expect(coalesceWindowMs('soon')).toBe(DEFAULT_COALESCE_MS);
+    // A blank setting is no setting (it used to read as 0: no merging at all).
+    expect(coalesceWindowMs('')).toBe(DEFAULT_COALESCE_MS);
+    expect(coalesceWindowMs('  ')).toBe(DEFAULT_COALESCE_MS);
   });
 });

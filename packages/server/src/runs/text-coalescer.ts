@@ -1,4 +1,19 @@
 /**
+ * Default window of a reply's streamed text (agent deltas, app chat tokens): a reply streamed a
+ * token every few milliseconds makes a few events, not one per token.
+ */
+export const DEFAULT_COALESCE_MS = 20;
+
+/**
+ * A window setting (`AGENT_STREAM_COALESCE_MS`, `APP_CHAT_STREAM_COALESCE_MS`): ms ≥ 0, else
+ * (unset, blank, not a number, negative) the default.
+ */
+export function coalesceWindowMs(value: string | undefined): number {
+  const n = value === undefined || value.trim() === '' ? Number.NaN : Number(value);
+  return Number.isFinite(n) && n >= 0 ? n : DEFAULT_COALESCE_MS;
+}
+
+/**
  * Merges streamed text into fewer, larger pieces (docs/run-engine.md, "Coalesced deltas"):
  * a piece that comes when nothing went out for `windowMs` goes out at once (so the first text
  * of a reply is never held back); later pieces gather and go out together when the window
@@ -9,18 +24,6 @@
  * the order of the calls even when the promise it returns settles later; a failure of a call
  * made by the timer is thrown by the next `push` or `flush`.
  */
-/**
- * Default window of a reply's streamed text (agent deltas, app chat tokens): a reply streamed a
- * token every few milliseconds makes a few events, not one per token.
- */
-export const DEFAULT_COALESCE_MS = 20;
-
-/** A window setting (`AGENT_STREAM_COALESCE_MS`, `APP_CHAT_STREAM_COALESCE_MS`): ms ≥ 0, else the default. */
-export function coalesceWindowMs(value: string | undefined): number {
-  const n = Number(value ?? DEFAULT_COALESCE_MS);
-  return Number.isFinite(n) && n >= 0 ? n : DEFAULT_COALESCE_MS;
-}
-
 export class TextCoalescer {
   private pending = '';
   private timer: NodeJS.Timeout | undefined;

@@ -7,9 +7,10 @@ import type { SqlExecutor } from '../../db/sql.js';
 import { AppError, INVALID_REQUEST_BODY } from '../../http/errors.js';
 import {
   insufficientCredits,
-  RATE_LIMIT_WINDOW_START,
+  rateLimitCte,
+  rateLimitCteParams,
   rateLimitHeaders,
-  rateLimitUpsert,
+  shardedRateLimit,
 } from '../../metering/service.js';
 import type { GenerationMeter, Metering, StatementHold } from '../../metering/types.js';
 import type { LlmMessage, LlmProvider, LlmUsage, ModelCatalog, ModelInfo } from '../../providers/llm.js';
@@ -141,7 +142,7 @@ interface AdmissionRow {
  * (synchronous) flushes it with itself; a crash of the database in between loses the whole
  * turn's admission, hold included, never part of it.
  */
-function admissionSql(byKey: boolean, subject: boolean, hold: string | undefined): string {
+function admissionSql(byKey: boolean, subject: boolean, hold: string | undefined, sharded: boolean): string {
   const k = byKey
     ? `k as (
          select k.id, k.name, k.workspace_id, w.name as workspace_name
@@ -178,10 +179,7 @@ function admissionSql(byKey: boolean, subject: boolean, hold: string | undefined
                  case when jsonb_typeof(a.config -> 'controls' -> 'maxContextMessages') = 'number'
                       then (a.config -> 'controls' ->> 'maxContextMessages')::numeric::int end,
                  ${DEFAULT_MAX_CONTEXT_MESSAGES}) from a)
-     ), rl as (
-       ${rateLimitUpsert(`select ? || k.workspace_id::text, ${RATE_LIMIT_WINDOW_START}, 1 from k
-          where ?::boolean and exists (select 1 from a)`)}
-     )${holdCtes}
+     ), ${rateLimitCte('?::boolean and exists (select 1 from a)', sharded)}${holdCtes}
      select k.id as key_id, k.name as key_name, k.workspace_id, k.workspace_name,
             (select row_to_json(a) from a) as app, (select row_to_json(t) from t) as thread,
             (select json_agg(json_build_object('role', h.role, 'content', h.content) order by h.sequence_number)
@@ -191,12 +189,12 @@ function admissionSql(byKey: boolean, subject: boolean, hold: string | undefined
 }
 
 const ADMISSION_SQL = new Map<string, string>();
-const admission = (byKey: boolean, subject: boolean, hold: StatementHold | undefined) => {
+const admission = (byKey: boolean, subject: boolean, hold: StatementHold | undefined, sharded: boolean) => {
   // The hold's CTEs are one constant text (metering's).
-  const key = `${byKey}:${subject}:${!!hold}`;
+  const key = `${byKey}:${subject}:${!!hold}:${sharded}`;
   let sql = ADMISSION_SQL.get(key);
   if (!sql) {
-    sql = admissionSql(byKey, subject, hold?.ctes);
+    sql = admissionSql(byKey, subject, hold?.ctes, sharded);
     ADMISSION_SQL.set(key, sql);
   }
   return sql;
@@ -327,7 +325,8 @@ export class AppChatService {
         );
       }
     }
-    const rows = await this.deps.db.execute<AdmissionRow[]>(admission(!given, !!subject, hold), [
+    const sharded = shardedRateLimit(limited, rule?.limit ?? 0);
+    const rows = await this.deps.db.execute<AdmissionRow[]>(admission(!given, !!subject, hold, sharded), [
       ...('apiKey' in caller
         ? [hashApiKey(caller.apiKey)]
         : [(given as Principal).keyId ?? null, (given as Principal).workspaceId]),
@@ -335,11 +334,7 @@ export class AppChatService {
       threadParam,
       ...(subject ? [subject] : []),
       input?.controls?.maxContextMessages ?? null,
-      'app_chat:',
-      w,
-      w,
-      limited,
-      w,
+      ...rateLimitCteParams('app_chat:', w, sharded, [limited]),
       ...(hold && guess
         ? [
             input?.sessionId ?? null,
