@@ -207,7 +207,7 @@ export class RunEngine {
           continue;
         }
         dirty = false;
-        const { status, events } = await runStore.readLog(this.opts.em(), runId, last);
+        const { status, events, behind } = await runStore.readLog(this.opts.em(), runId, last);
         if (status === null) return;
         for (const e of events) {
           last = e.seq;
@@ -215,14 +215,13 @@ export class RunEngine {
           if (isTerminalEvent(e.type)) return;
         }
         if (events.length > 0 || dirty || this.logs.has(runId)) continue;
-        if (status === 'completed' || status === 'failed' || status === 'cancelled') {
-          // Ended, and its terminal event lies behind this position: events a worker handed
-          // out from memory and never wrote (it crashed, or lost its lease) are not replayed.
-          const terminal = await runStore.terminalEvent(this.opts.em(), runId);
-          if (terminal) {
-            yield terminal;
-            return;
-          }
+        if (behind) {
+          // Ended, and its terminal event lies behind this position (read in the same
+          // snapshot as the log): events a worker handed out from memory and never wrote (it
+          // crashed, or lost its lease) are not replayed. An ended run whose terminal event is
+          // not written yet (a cancel its worker is still writing) is waited for.
+          yield behind;
+          return;
         }
         await new Promise<void>((resolve) => {
           const done = () => {

@@ -712,34 +712,37 @@ export const runStore = {
 
   /**
    * The log after `afterSeq` and the run's status in one statement (status null: no such
-   * run). The stream uses the status to end when the terminal event lies behind its position.
+   * run), and — when the run has ended — its terminal event if that lies at or behind
+   * `afterSeq` (`behind`: a reader handed events from memory that were never written, by a
+   * worker that crashed or lost its lease, ends with it). One statement is one snapshot: a
+   * terminal event committed after the log was read cannot be returned without the events
+   * before it (two statements could, skipping them).
    */
   async readLog(
     em: EntityManager,
     runId: string,
     afterSeq: number,
     limit = 500,
-  ): Promise<{ status: RunStatus | null; events: RunEvent[] }> {
+  ): Promise<{ status: RunStatus | null; events: RunEvent[]; behind: RunEvent | null }> {
     const rows = await em.execute<Row[]>(
-      `select r.status as run_status, e.* from runs r
-       left join lateral (select * from run_events where run_id = r.id and seq > ? order by seq limit ?) e on true
-       where r.id = ?`,
-      [afterSeq, limit, runId],
+      `with r as (select id, status from runs where id = ?),
+       t as (
+         select e.* from run_events e join r on e.run_id = r.id
+         where r.status in ('completed', 'failed', 'cancelled') and e.seq <= ?
+           and e.type in ('run.completed', 'run.failed', 'run.cancelled')
+         order by e.seq desc limit 1
+       )
+       select r.status as run_status, (select to_jsonb(t) from t) as behind, e.* from r
+       left join lateral (select * from run_events where run_id = r.id and seq > ? order by seq limit ?) e on true`,
+      [runId, afterSeq, afterSeq, limit],
     );
-    if (rows.length === 0) return { status: null, events: [] };
+    if (rows.length === 0) return { status: null, events: [], behind: null };
+    const behind = json(rows[0]?.behind) as Row | null;
     return {
       status: rows[0]?.run_status as RunStatus,
       events: rows.filter((r) => r.seq != null).map(toEvent),
+      behind: behind ? toEvent(behind) : null,
     };
-  },
-
-  async terminalEvent(em: EntityManager, runId: string): Promise<RunEvent | null> {
-    const rows = await em.execute<Row[]>(
-      `select * from run_events where run_id = ? and type in ('run.completed', 'run.failed', 'run.cancelled')
-       order by seq desc limit 1`,
-      [runId],
-    );
-    return rows[0] ? toEvent(rows[0]) : null;
   },
 
   /** Releases the lease of a run that now waits on tool calls. */
