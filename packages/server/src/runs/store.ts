@@ -3,7 +3,14 @@ import type { EntityManager } from '@mikro-orm/postgresql';
 import { ACTIVE_API_KEY_WHERE, API_KEY_FROM, TOUCH_API_KEY_CTE } from '../auth/api-keys.js';
 import { emExecutor, type SqlExecutor } from '../db/sql.js';
 import { rateLimitCte, rateLimitCteParams, shardedRateLimit } from '../metering/service.js';
-import type { RunEvent, RunKind, RunRecord, RunStatus, ToolCallRecord } from './types.js';
+import {
+  type RunEvent,
+  type RunKind,
+  type RunRecord,
+  type RunStatus,
+  TERMINAL_EVENT_TYPES,
+  type ToolCallRecord,
+} from './types.js';
 
 type Row = Record<string, unknown>;
 
@@ -725,16 +732,17 @@ export const runStore = {
     limit = 500,
   ): Promise<{ status: RunStatus | null; events: RunEvent[]; behind: RunEvent | null }> {
     const rows = await em.execute<Row[]>(
+      // The status guard spares a live run's read the backward scan for a terminal event.
       `with r as (select id, status from runs where id = ?),
        t as (
          select e.* from run_events e join r on e.run_id = r.id
          where r.status in ('completed', 'failed', 'cancelled') and e.seq <= ?
-           and e.type in ('run.completed', 'run.failed', 'run.cancelled')
+           and e.type in (${TERMINAL_EVENT_TYPES.map(() => '?').join(', ')})
          order by e.seq desc limit 1
        )
        select r.status as run_status, (select to_jsonb(t) from t) as behind, e.* from r
        left join lateral (select * from run_events where run_id = r.id and seq > ? order by seq limit ?) e on true`,
-      [runId, afterSeq, afterSeq, limit],
+      [runId, afterSeq, ...TERMINAL_EVENT_TYPES, afterSeq, limit],
     );
     if (rows.length === 0) return { status: null, events: [], behind: null };
     const behind = json(rows[0]?.behind) as Row | null;
