@@ -34,21 +34,28 @@ afterAll(async () => {
 const sql = <T = Record<string, any>>(q: string, params: unknown[] = []) =>
   ts.server.deps.em().execute<T[]>(q, params);
 
-/** A run of the session, leased by `owner` (as a worker's admission leaves it). */
+/**
+ * A run of the session, leased by `owner` (as a worker's admission leaves it). Inserted and
+ * leased in one transaction: a pending run committed on its own could be claimed by this
+ * server's worker first, which would then run it (and settle a model call of its own).
+ */
 async function leasedRun(sessionId: string, owner: string, status = 'running') {
   const [s] = await sql<{ app_id: string }>('select app_id from agent_sessions where id = ?', [sessionId]);
-  const run = await runStore.insertRun(ts.server.deps.em(), {
-    workspaceId: ws.workspaceId,
-    kind: 'turn',
-    appId: s?.app_id,
-    sessionId,
-    serialKey: `session:${sessionId}`,
-    input: { message: 'hi', requestId: `req-${randomUUID()}` },
+  const run = await ts.server.deps.em().transactional(async (tx) => {
+    const inserted = await runStore.insertRun(tx, {
+      workspaceId: ws.workspaceId,
+      kind: 'turn',
+      appId: s?.app_id,
+      sessionId,
+      serialKey: `session:${sessionId}`,
+      input: { message: 'hi', requestId: `req-${randomUUID()}` },
+    });
+    await tx.execute(
+      `update runs set status = ?, lease_owner = ?, lease_expires_at = now() + interval '1 minute' where id = ?`,
+      [status, owner, inserted.id],
+    );
+    return inserted;
   });
-  await sql(
-    `update runs set status = ?, lease_owner = ?, lease_expires_at = now() + interval '1 minute' where id = ?`,
-    [status, owner, run.id],
-  );
   return { ...run, status: status as 'running', leaseOwner: owner };
 }
 
