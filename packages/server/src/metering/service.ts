@@ -482,12 +482,49 @@ export interface GenerationOptions {
 
 /**
  * The settlement of a hold as CTEs (`settle`, and `settlementInStatement` inside a caller's
- * statement): the workspace row locked first (`stl_w`; the order every balance statement
- * takes), the hold deleted (`stl_h`; none when the sweep settled it already), the refund or
- * the debit beyond it (`stl_amt`: at most `overdraft` below zero), the balance and its ledger
- * line. Parameters: `settleParams`.
+ * statement): the hold deleted first (`stl_h`; none when the sweep settled it already), then ONE
+ * UPDATE of the workspace's balance (`stl_upd`): the refund, or the debit beyond the hold, at
+ * most `overdraft` below zero — computed in its SET from the row it updates, so it needs no
+ * `SELECT … FOR UPDATE` before it (decision 0021 §32: that pair deadlocked two settlements now
+ * and then) and takes the row `FOR NO KEY UPDATE`, which the foreign keys' `FOR KEY SHARE` does
+ * not wait for. `last_debit_micros` notes what was taken (minus a refund) for RETURNING, as
+ * `debit` does. Then the ledger line. `stl_res` has a row when the hold was there (`delta`:
+ * held − cost, `change`: the refund or minus the debit taken); `stl_done` always has one, once
+ * the balance was written (a caller's writes select from it to lock after the balance).
+ * Parameters: `settleParams`.
  */
-const SETTLE_CTES = `stl_w as (
+const SETTLE_CTES = `stl_h as (
+         delete from credit_holds where id = ? and workspace_id = ? returning held_micros
+       ), stl_amt as (
+         select h.held_micros - ?::bigint as delta from stl_h h
+       ), stl_upd as (
+         update workspaces w set
+           credit_balance_micros = w.credit_balance_micros + case when a.delta >= 0 then a.delta
+             else -least(-a.delta, greatest(w.credit_balance_micros + x.overdraft, 0)) end,
+           last_debit_micros = case when a.delta >= 0 then -a.delta
+             else least(-a.delta, greatest(w.credit_balance_micros + x.overdraft, 0)) end,
+           updated_at = now()
+           from stl_amt a, (select ?::bigint as overdraft) x
+          where w.id = ? and a.delta <> 0
+         returning w.id, w.credit_balance_micros as after, -w.last_debit_micros as change
+       ), stl_led as (
+         insert into credit_ledger (id, workspace_id, amount_micros, balance_after_micros, kind, reason, ref)
+         select gen_random_uuid(), u.id, u.change, u.after, case when u.change > 0 then 'refund' else 'debit' end,
+                ?, ?
+           from stl_upd u where u.change <> 0
+       ), stl_res as (
+         select a.delta, coalesce((select change from stl_upd), 0) as change from stl_amt a
+       ), stl_done as (
+         select count(*) as n from stl_upd
+       )`;
+
+/**
+ * `SETTLE_CTES` with the workspace row locked `FOR UPDATE` first (`stl_w`), then the hold
+ * deleted and the balance updated: app chat's end statement, which commits after the WAL flush
+ * with its memory and is kept as it was (decision 0021 §32). Same `stl_amt`,
+ * `stl_res` and `stl_done`. Parameters: `settleParams(true, …)`.
+ */
+const SETTLE_CTES_LOCKED = `stl_w as (
          select id, credit_balance_micros as b from workspaces where id = ? for update
        ), stl_h as (
          delete from credit_holds where id = ? and workspace_id in (select id from stl_w) returning held_micros
@@ -504,26 +541,27 @@ const SETTLE_CTES = `stl_w as (
          insert into credit_ledger (id, workspace_id, amount_micros, balance_after_micros, kind, reason, ref)
          select gen_random_uuid(), stl_upd.id, stl_upd.change, stl_upd.after,
                 case when stl_upd.change > 0 then 'refund' else 'debit' end, ?, ? from stl_upd
+       ), stl_res as (
+         select delta, change from stl_amt
+       ), stl_done as (
+         select count(*) as n from stl_w
        )`;
 
+/** Parameters of `SETTLE_CTES` (or, `locked`, of `SETTLE_CTES_LOCKED`), in text order. */
 const settleParams = (
+  locked: boolean,
   workspaceId: string,
   holdId: string,
   costMicros: number,
   overdraftMicros: number,
   ref: { reason: string; ref?: string | null },
-): unknown[] => [
-  workspaceId,
-  holdId,
-  costMicros,
-  costMicros,
-  costMicros,
-  costMicros,
-  Math.max(0, overdraftMicros),
-  workspaceId,
-  ref.reason,
-  ref.ref ?? null,
-];
+): unknown[] => {
+  const overdraft = Math.max(0, overdraftMicros);
+  const line = [ref.reason, ref.ref ?? null];
+  return locked
+    ? [workspaceId, holdId, costMicros, costMicros, costMicros, costMicros, overdraft, workspaceId, ...line]
+    : [holdId, workspaceId, costMicros, overdraft, workspaceId, ...line];
+};
 
 /** Whether a settlement's debit was cut at the overdraft (`stl_amt`'s `delta`, `change`). */
 const settledShort = (delta: unknown, change: unknown): boolean => {
@@ -742,7 +780,10 @@ export class GenerationMeter implements GenerationMeterContract {
    * record; no cycle tokens), written only when the hold is still there. The meter counts as
    * finished from here; `failed()` undoes that.
    */
-  settlementInStatement(providerStatus: UsageRecordInput['providerStatus']): StatementSettlement | undefined {
+  settlementInStatement(
+    providerStatus: UsageRecordInput['providerStatus'],
+    opts: { lockWorkspaceFirst?: boolean } = {},
+  ): StatementSettlement | undefined {
     if (this.finished || this.input.meter !== 'credits' || !this.holdId) return undefined;
     const holdId = this.holdId;
     this.finished = true;
@@ -762,7 +803,7 @@ export class GenerationMeter implements GenerationMeterContract {
     const key = i.apiKeyId ?? null;
     const latencyMs = Math.max(0, Math.round(Date.now() - this.startedAt));
     return {
-      ctes: `${SETTLE_CTES}, stl_key as (
+      ctes: `${opts.lockWorkspaceFirst ? SETTLE_CTES_LOCKED : SETTLE_CTES}, stl_key as (
          -- A key deleted meanwhile: the record keeps no key (as its foreign key's set null does).
          update api_keys k set request_count = k.request_count + 1, input_tokens = k.input_tokens + ?::bigint,
                 output_tokens = k.output_tokens + ?::bigint, cost_micros = k.cost_micros + ?::bigint
@@ -777,7 +818,7 @@ export class GenerationMeter implements GenerationMeterContract {
            from stl_amt
        )`,
       params: [
-        ...settleParams(ws, holdId, costMicros, this.overdraftMicros, {
+        ...settleParams(opts.lockWorkspaceFirst === true, ws, holdId, costMicros, this.overdraftMicros, {
           reason: i.endpoint,
           ref: i.requestId,
         }),
@@ -801,7 +842,7 @@ export class GenerationMeter implements GenerationMeterContract {
         latencyMs,
         JSON.stringify(lines),
       ],
-      columns: '(select delta from stl_amt) as stl_delta, (select change from stl_amt) as stl_change',
+      columns: '(select delta from stl_res) as stl_delta, (select change from stl_res) as stl_change',
       committed: (row) => {
         this.held = 0;
         if (row.stl_delta === null || row.stl_delta === undefined) return { costMicros, short: false };
@@ -1047,8 +1088,7 @@ export class PgMetering implements Metering {
   }
 
   /**
-   * Settles hold `holdId` against its cost in one statement: the workspace row is locked
-   * first (the order every balance statement takes: workspace, then hold), the hold row is
+   * Settles hold `holdId` against its cost in one statement (`SETTLE_CTES`): the hold row is
    * deleted, and the difference is refunded (`refund`) or debited (`debit`; at most
    * `overdraftMicros` below zero, the rest reported `short`). Undefined when the hold is gone
    * (settled already by the sweep).
@@ -1061,8 +1101,8 @@ export class PgMetering implements Metering {
     ref: { reason: string; ref?: string },
   ): Promise<{ short: boolean } | undefined> {
     const rows = await this.db().execute<{ delta: string; change: string | null }[]>(
-      `with ${SETTLE_CTES} select delta, change from stl_amt`,
-      settleParams(workspaceId, holdId, costMicros, overdraftMicros, ref),
+      `with ${SETTLE_CTES} select delta, change from stl_res`,
+      settleParams(false, workspaceId, holdId, costMicros, overdraftMicros, ref),
     );
     const row = rows[0];
     if (!row) return undefined;
@@ -1086,8 +1126,8 @@ export class PgMetering implements Metering {
        update workspace_token_usage u set reserved = greatest(0, u.reserved - s.t)
          from s where u.workspace_id = s.workspace_id and u.cycle_start = s.cycle_start`,
     );
-    const due = await db.execute<{ id: string; workspace_id: string }[]>(
-      'select id, workspace_id from credit_holds where expires_at < now() order by expires_at limit 100',
+    const due = await db.execute<{ id: string }[]>(
+      'select id from credit_holds where expires_at < now() order by expires_at limit 100',
     );
     let n = 0;
     for (const d of due) {
@@ -1101,11 +1141,9 @@ export class PgMetering implements Metering {
           created_at: Date | string;
         }[]
       >(
-        `with w as (
-           select id from workspaces where id = ? for update
-         ), h as (
-           delete from credit_holds where id = ? and expires_at < now() and workspace_id in (select id from w)
-           returning *
+        // The hold first, then one UPDATE of the balance (the order and the form of `SETTLE_CTES`).
+        `with h as (
+           delete from credit_holds where id = ? and expires_at < now() returning *
          ), upd as (
            update workspaces set credit_balance_micros = credit_balance_micros + (h.held_micros - h.used_micros),
                   updated_at = now()
@@ -1117,7 +1155,7 @@ export class PgMetering implements Metering {
            select gen_random_uuid(), upd.id, upd.change, upd.after, 'refund', upd.reason, upd.ref from upd
          )
          select held_micros, used_micros, input_tokens, output_tokens, record, created_at from h`,
-        [d.workspace_id, d.id],
+        [d.id],
       );
       const h = rows[0];
       if (!h) continue;

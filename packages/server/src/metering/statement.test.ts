@@ -1,10 +1,14 @@
+import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestWorkspace, startTestServer, type TestServer } from '../test/harness.js';
-import type { PgMetering } from './service.js';
+import type { GenerationMeter, PgMetering } from './service.js';
 
 /**
  * The hold and the settlement as parts of a caller's statement (app chat: the hold in its
- * admission, the settlement with the turn's memory), on whichever database the run uses.
+ * admission, the settlement with the turn's memory), on whichever database the run uses; and
+ * the settlement as one UPDATE of the balance row, after the hold's row (decision 0021 §32): no
+ * `SELECT … FOR UPDATE` of the workspace, so a settlement neither waits for the `FOR KEY SHARE`
+ * every insert referencing the workspace takes nor deadlocks with another settlement.
  */
 let ts: TestServer;
 let metering: PgMetering;
@@ -146,7 +150,7 @@ describe('a settlement inside the caller statement', () => {
     const stl = meter.settlementInStatement('success');
     if (!stl) throw new Error('expected a settlement after failed()');
     const rows = await pool().execute<{ stl_delta: unknown; stl_change: unknown; n: number }[]>(
-      `with ${stl.ctes}, caller as (select 1 as n from stl_w) select ${stl.columns}, (select n from caller) as n`,
+      `with ${stl.ctes}, caller as (select 1 as n from stl_done) select ${stl.columns}, (select n from caller) as n`,
       stl.params,
     );
     expect(stl.committed(rows[0] as { stl_delta: unknown; stl_change: unknown })).toEqual({
@@ -193,4 +197,113 @@ describe('a settlement inside the caller statement', () => {
     expect(await ledgerOf(ws.workspaceId)).toEqual([['debit', -120, 'req_s2']]);
     expect(await recordsOf(ws.workspaceId)).toEqual([]);
   });
+});
+
+const start = (workspaceId: string, requestId: string, apiKeyId?: string): Promise<GenerationMeter> =>
+  metering.startGeneration(
+    {
+      workspaceId,
+      apiKeyId,
+      endpoint: '/test',
+      requestId,
+      meter: 'credits',
+      model: ts.server.deps.models.resolve('chat'),
+    },
+    { inputTokens: 10, maxTokens: 10 },
+  );
+
+describe('settlements and the balance row', { timeout: 120_000 }, () => {
+  it('a burst of 300 settlements (refunds and debits beyond the hold, alone or in a caller statement) charges each request its cost', async () => {
+    const credits = 1_000_000;
+    const ws = await createTestWorkspace(ts, { creditsUsd: (credits / 1e6).toFixed(6) });
+    const costs = new Map<string, number>();
+    const one = async (i: number) => {
+      const requestId = `burst_${i}`;
+      const meter = await start(ws.workspaceId, requestId, ws.keyId);
+      // Held 10 + 2 × (at most 10) µ$; replies of 0–40 tokens: refunds, exact, and debits beyond.
+      const out = (i * 7) % 41;
+      meter.addUsage({ inputTokens: 10, outputTokens: out, estimated: false });
+      let cost: number;
+      if (i % 2 === 0) {
+        cost = (await meter.finish('success')).costMicros;
+      } else {
+        const stl = meter.settlementInStatement('success');
+        if (!stl) throw new Error('expected a settlement');
+        const rows = await ts.server.deps.db.sql.execute<{ stl_delta: unknown; stl_change: unknown }[]>(
+          `with ${stl.ctes} select ${stl.columns}`,
+          stl.params,
+        );
+        cost = stl.committed(rows[0] ?? { stl_delta: null, stl_change: null }).costMicros;
+      }
+      expect(cost).toBe(10 + 2 * out);
+      costs.set(requestId, cost);
+    };
+    const results = await Promise.allSettled(Array.from({ length: 300 }, (_, i) => one(i)));
+    expect(results.filter((r) => r.status === 'rejected')).toEqual([]);
+
+    const spent = [...costs.values()].reduce((s, c) => s + c, 0);
+    expect(await metering.balanceMicros(ws.workspaceId)).toBe(credits - spent);
+    expect(await sql('select 1 from credit_holds where workspace_id = ?', [ws.workspaceId])).toHaveLength(0);
+    const ledger = await sql<{ amount_micros: string; kind: string; ref: string }>(
+      "select amount_micros, kind, ref from credit_ledger where workspace_id = ? and kind <> 'grant'",
+      [ws.workspaceId],
+    );
+    // Request by request: its hold and its refund or debit beyond the hold sum to its cost.
+    const perRequest = new Map<string, number>();
+    for (const l of ledger) perRequest.set(l.ref, (perRequest.get(l.ref) ?? 0) - Number(l.amount_micros));
+    expect(perRequest).toEqual(costs);
+    // Some settled by a refund (hold + refund), some by a debit beyond the hold (two debits).
+    const shapes = new Map<string, string[]>();
+    for (const l of ledger) shapes.set(l.ref, [...(shapes.get(l.ref) ?? []), l.kind].sort());
+    const seen = new Set([...shapes.values()].map((k) => k.join(',')));
+    expect(seen.has('debit,refund')).toBe(true);
+    expect(seen.has('debit,debit')).toBe(true);
+    const [key] = await sql<{ request_count: string; cost_micros: string }>(
+      'select request_count, cost_micros from api_keys where id = ?',
+      [ws.keyId],
+    );
+    // The caller-statement half records its usage with the key's totals in the statement.
+    expect(Number(key?.request_count)).toBeGreaterThanOrEqual(150);
+  });
+
+  it.skipIf(!process.env.DATABASE_URL)(
+    "settlements do not wait for a transaction that holds the workspace row FOR KEY SHARE (an insert's foreign-key check)",
+    async () => {
+      const ws = await createTestWorkspace(ts, { creditsUsd: '0.001' }); // 1000 micros
+      const refunding = await start(ws.workspaceId, 'ks_refund');
+      refunding.addUsage({ inputTokens: 10, outputTokens: 1, estimated: false }); // 12, under the hold
+      const debiting = await start(ws.workspaceId, 'ks_debit');
+      debiting.addUsage({ inputTokens: 10, outputTokens: 20, estimated: false }); // 50, over it
+      const dead = await start(ws.workspaceId, 'ks_dead');
+      metering.leases.delete(dead.holdId as string);
+      await sql(`update credit_holds set expires_at = now() - interval '1 second' where id = ?`, [
+        dead.holdId,
+      ]);
+
+      const holder = new pg.Client({ connectionString: ts.db.databaseUrl });
+      await holder.connect();
+      try {
+        // What every insert into a table referencing the workspace takes until it commits.
+        await holder.query('begin');
+        await holder.query('select 1 from workspaces where id = $1 for key share', [ws.workspaceId]);
+        const settled = (p: Promise<unknown>) =>
+          Promise.race([
+            p.then(() => 'settled'),
+            new Promise((resolve) => setTimeout(() => resolve('waiting'), 5000)),
+          ]);
+        expect(await settled(refunding.finish('success'))).toBe('settled');
+        expect(await settled(debiting.finish('success'))).toBe('settled');
+        // The sweep's settlement of a dead process's hold: the same form.
+        expect(await settled(metering.settleExpired())).toBe('settled');
+        await holder.query('commit');
+      } finally {
+        await holder.end();
+      }
+      // 1000 − 12 − 50, and the dead hold's input (10) recorded as used.
+      expect(await metering.balanceMicros(ws.workspaceId)).toBe(1000 - 12 - 50 - 10);
+      expect(await sql('select 1 from credit_holds where workspace_id = ?', [ws.workspaceId])).toHaveLength(
+        0,
+      );
+    },
+  );
 });

@@ -547,7 +547,9 @@ export class AppChatService {
       turn.turnId,
       JSON.stringify(rows),
     ];
-    const stl = turn.meter.settlementInStatement(status);
+    // The workspace row locked first (`stl_w`, which the memory selects from), as before the
+    // single-UPDATE settlement: this statement holds it through the WAL flush (decision 0021 §32).
+    const stl = turn.meter.settlementInStatement(status, { lockWorkspaceFirst: true });
     if (!stl) {
       await Promise.all([this.deps.db.execute(SAVE_TURN_SQL, save), turn.meter.finish(status)]);
       return;
