@@ -518,50 +518,21 @@ const SETTLE_CTES = `stl_h as (
          select count(*) as n from stl_upd
        )`;
 
-/**
- * `SETTLE_CTES` with the workspace row locked `FOR UPDATE` first (`stl_w`), then the hold
- * deleted and the balance updated: app chat's end statement, which commits after the WAL flush
- * with its memory and is kept as it was (decision 0021 §32). Same `stl_amt`,
- * `stl_res` and `stl_done`. Parameters: `settleParams(true, …)`.
- */
-const SETTLE_CTES_LOCKED = `stl_w as (
-         select id, credit_balance_micros as b from workspaces where id = ? for update
-       ), stl_h as (
-         delete from credit_holds where id = ? and workspace_id in (select id from stl_w) returning held_micros
-       ), stl_amt as (
-         select h.held_micros - ?::bigint as delta,
-                case when h.held_micros >= ?::bigint then h.held_micros - ?::bigint
-                     else -least(?::bigint - h.held_micros, greatest(w.b + ?::bigint, 0)) end as change
-           from stl_h h, stl_w w
-       ), stl_upd as (
-         update workspaces set credit_balance_micros = credit_balance_micros + stl_amt.change, updated_at = now()
-           from stl_amt where workspaces.id = ? and stl_amt.change <> 0
-         returning workspaces.id, credit_balance_micros as after, stl_amt.change
-       ), stl_led as (
-         insert into credit_ledger (id, workspace_id, amount_micros, balance_after_micros, kind, reason, ref)
-         select gen_random_uuid(), stl_upd.id, stl_upd.change, stl_upd.after,
-                case when stl_upd.change > 0 then 'refund' else 'debit' end, ?, ? from stl_upd
-       ), stl_res as (
-         select delta, change from stl_amt
-       ), stl_done as (
-         select count(*) as n from stl_w
-       )`;
-
-/** Parameters of `SETTLE_CTES` (or, `locked`, of `SETTLE_CTES_LOCKED`), in text order. */
 const settleParams = (
-  locked: boolean,
   workspaceId: string,
   holdId: string,
   costMicros: number,
   overdraftMicros: number,
   ref: { reason: string; ref?: string | null },
-): unknown[] => {
-  const overdraft = Math.max(0, overdraftMicros);
-  const line = [ref.reason, ref.ref ?? null];
-  return locked
-    ? [workspaceId, holdId, costMicros, costMicros, costMicros, costMicros, overdraft, workspaceId, ...line]
-    : [holdId, workspaceId, costMicros, overdraft, workspaceId, ...line];
-};
+): unknown[] => [
+  holdId,
+  workspaceId,
+  costMicros,
+  Math.max(0, overdraftMicros),
+  workspaceId,
+  ref.reason,
+  ref.ref ?? null,
+];
 
 /** Whether a settlement's debit was cut at the overdraft (`stl_amt`'s `delta`, `change`). */
 const settledShort = (delta: unknown, change: unknown): boolean => {
@@ -780,10 +751,7 @@ export class GenerationMeter implements GenerationMeterContract {
    * record; no cycle tokens), written only when the hold is still there. The meter counts as
    * finished from here; `failed()` undoes that.
    */
-  settlementInStatement(
-    providerStatus: UsageRecordInput['providerStatus'],
-    opts: { lockWorkspaceFirst?: boolean } = {},
-  ): StatementSettlement | undefined {
+  settlementInStatement(providerStatus: UsageRecordInput['providerStatus']): StatementSettlement | undefined {
     if (this.finished || this.input.meter !== 'credits' || !this.holdId) return undefined;
     const holdId = this.holdId;
     this.finished = true;
@@ -803,7 +771,7 @@ export class GenerationMeter implements GenerationMeterContract {
     const key = i.apiKeyId ?? null;
     const latencyMs = Math.max(0, Math.round(Date.now() - this.startedAt));
     return {
-      ctes: `${opts.lockWorkspaceFirst ? SETTLE_CTES_LOCKED : SETTLE_CTES}, stl_key as (
+      ctes: `${SETTLE_CTES}, stl_key as (
          -- A key deleted meanwhile: the record keeps no key (as its foreign key's set null does).
          update api_keys k set request_count = k.request_count + 1, input_tokens = k.input_tokens + ?::bigint,
                 output_tokens = k.output_tokens + ?::bigint, cost_micros = k.cost_micros + ?::bigint
@@ -818,7 +786,7 @@ export class GenerationMeter implements GenerationMeterContract {
            from stl_amt
        )`,
       params: [
-        ...settleParams(opts.lockWorkspaceFirst === true, ws, holdId, costMicros, this.overdraftMicros, {
+        ...settleParams(ws, holdId, costMicros, this.overdraftMicros, {
           reason: i.endpoint,
           ref: i.requestId,
         }),
@@ -1102,7 +1070,7 @@ export class PgMetering implements Metering {
   ): Promise<{ short: boolean } | undefined> {
     const rows = await this.db().execute<{ delta: string; change: string | null }[]>(
       `with ${SETTLE_CTES} select delta, change from stl_res`,
-      settleParams(false, workspaceId, holdId, costMicros, overdraftMicros, ref),
+      settleParams(workspaceId, holdId, costMicros, overdraftMicros, ref),
     );
     const row = rows[0];
     if (!row) return undefined;

@@ -168,9 +168,10 @@ export interface StatementHold {
  * record and the caller's writes are one transaction. `ctes` go FIRST in the caller's WITH:
  * the hold row is deleted, then the workspace's balance row written by one UPDATE; `stl_done`
  * has one row once it is (the caller's own writes should select from it so they lock after
- * it), `stl_amt` has a row when the hold was still there (then the refund or debit, its ledger
- * line, the usage record and the key's totals are written). The caller selects `columns` and hands its row to `committed`; if the
- * statement failed it calls `failed` (the meter can then be finished on its own).
+ * it), `stl_amt` has a row when the hold was still there (then the refund or debit, its
+ * ledger line, the usage record and the key's totals are written). The caller selects
+ * `columns` and hands its row to `committed`; if the statement failed it calls `failed` (the
+ * meter can then be finished on its own).
  */
 export interface StatementSettlement {
   ctes: string;
@@ -221,15 +222,7 @@ export interface GenerationMeter {
    * `finish` as part of the caller's statement (see `StatementSettlement`); undefined when
    * that cannot be (tokens meter, no hold, finished already): call `finish` then.
    */
-  /**
-   * `lockWorkspaceFirst`: lock the workspace row `FOR UPDATE` before the hold (`SETTLE_CTES_LOCKED`),
-   * for a statement that commits after the WAL flush (app chat's end); otherwise the hold's row
-   * first, then one UPDATE of the balance (decision 0021 §32).
-   */
-  settlementInStatement(
-    providerStatus: UsageRecordInput['providerStatus'],
-    opts?: { lockWorkspaceFirst?: boolean },
-  ): StatementSettlement | undefined;
+  settlementInStatement(providerStatus: UsageRecordInput['providerStatus']): StatementSettlement | undefined;
   /**
    * Settles the hold once (credits meter: refund the unused part, or debit the rest, clamped
    * and reported `short`) and writes the usage record; idempotent.

@@ -220,8 +220,8 @@ const truthy = (v: unknown) => v === true || v === 't' || v === 'true';
  * A turn's memory, after the model answered (or failed): the thread (created for a new
  * conversation, else its identity metadata and session merged in), its counter bumped, and
  * the user message and the reply (when there is one) numbered after it. `from`: what the
- * thread's upsert selects from (the settlement's locked workspace row, so the workspace is
- * locked before the thread, or nothing).
+ * thread's upsert selects from (the settlement's `stl_done`, one row once the balance row is
+ * written, so the workspace is locked before the thread, or nothing).
  */
 const saveTurnCtes = (from: string) => `th as (
     insert into app_threads as t (id, workspace_id, app_id, session_id, metadata, message_count)
@@ -248,14 +248,14 @@ const saveTurnCtes = (from: string) => `th as (
 const SAVE_TURN_SQL = `with ${saveTurnCtes('')} select id from th`;
 
 /**
- * The settlement's CTEs (first: they lock the workspace row), then the memory, whose thread
- * upsert selects from the locked row. One text per settlement text (a constant).
+ * The settlement's CTEs (first: they write the workspace's balance row), then the memory, whose
+ * thread upsert selects from `stl_done`, after that row. One text per settlement text (a constant).
  */
 const END_TURN = new Map<string, string>();
 const END_TURN_SQL = (settlement: string, columns: string) => {
   let sql = END_TURN.get(settlement);
   if (!sql) {
-    sql = `with ${settlement}, ${saveTurnCtes(' from stl_w')} select ${columns}, (select id from th) as thread_id`;
+    sql = `with ${settlement}, ${saveTurnCtes(' from stl_done')} select ${columns}, (select id from th) as thread_id`;
     END_TURN.set(settlement, sql);
   }
   return sql;
@@ -547,9 +547,7 @@ export class AppChatService {
       turn.turnId,
       JSON.stringify(rows),
     ];
-    // The workspace row locked first (`stl_w`, which the memory selects from), as before the
-    // single-UPDATE settlement: this statement holds it through the WAL flush (decision 0021 §32).
-    const stl = turn.meter.settlementInStatement(status, { lockWorkspaceFirst: true });
+    const stl = turn.meter.settlementInStatement(status);
     if (!stl) {
       await Promise.all([this.deps.db.execute(SAVE_TURN_SQL, save), turn.meter.finish(status)]);
       return;
