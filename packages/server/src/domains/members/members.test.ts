@@ -126,13 +126,61 @@ describe('members and roles', () => {
       setRole(o1.token, o2.userId, 'member', w.workspaceId),
       setRole(o2.token, o1.userId, 'member', w.workspaceId),
     ]);
-    expect(both.map((r) => r.status).sort()).toEqual([200, 409]);
+    // Whichever change takes the workspace lock first wins; the other owner is a member by then,
+    // whether their request authenticated before that commit or after it.
+    expect(both.map((r) => r.status).sort()).toEqual([200, 403]);
+    const lost = both.find((r) => r.status === 403);
+    expect(await lost?.json()).toEqual({ error: 'Insufficient permissions to manage members' });
     const owners = await sql('select 1 from memberships where workspace_id = ? and role = ?', [
       w.workspaceId,
       'owner',
     ]);
     expect(owners).toHaveLength(1);
   });
+
+  // Needs a second connection to hold the lock while the request waits: the server database only
+  // (the embedded database has one connection, so the request could not authenticate meanwhile).
+  it.skipIf(!process.env.DATABASE_URL)(
+    'decides with the role the caller has when the change is made, not when the request began',
+    async () => {
+      const w = await createTestWorkspace(ts);
+      const o1 = await createTestSession(ts, w, { role: 'owner' });
+      const o2 = await createTestSession(ts, w, { role: 'owner' });
+      const i1 = await invite(o2.token, { email: email(), role: 'owner' }, w.workspaceId);
+      expect(i1.status).toBe(201);
+      let demote: Promise<Response> | undefined;
+      let inviteOwner: Promise<Response> | undefined;
+      await ts.server.deps
+        .em()
+        .fork()
+        .transactional(async (tx) => {
+          await tx.execute('select id from workspaces where id = ? for update', [w.workspaceId]);
+          // o2 authenticates as an owner, then waits for the workspace lock this test holds.
+          demote = setRole(o2.token, o1.userId, 'member', w.workspaceId);
+          inviteOwner = invite(o2.token, { email: email(), role: 'owner' }, w.workspaceId);
+          for (let i = 0; i < 500; i++) {
+            const waiting = await sql<{ n: string }>(
+              "select count(*) as n from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'",
+            );
+            if (Number(waiting[0]?.n) >= 2) break;
+            await new Promise((r) => setTimeout(r, 10));
+          }
+          await tx.execute("update memberships set role = 'admin' where workspace_id = ? and user_id = ?", [
+            w.workspaceId,
+            o2.userId,
+          ]);
+        });
+      const [d, inv] = await Promise.all([demote, inviteOwner]);
+      expect(d?.status).toBe(403);
+      expect(await d?.json()).toEqual({ error: 'Only an owner can grant, change or remove the owner role' });
+      expect(inv?.status).toBe(403);
+      const roles = await sql<{ user_id: string; role: string }>(
+        'select user_id, role from memberships where workspace_id = ? order by role',
+        [w.workspaceId],
+      );
+      expect(roles.find((r) => r.user_id === o1.userId)?.role).toBe('owner');
+    },
+  );
 
   it('removes members (their sessions lose the workspace) and lets anyone leave', async () => {
     const m = await createTestSession(ts, ws, { role: 'member' });

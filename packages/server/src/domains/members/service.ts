@@ -123,8 +123,13 @@ export class MembersService {
     }));
   }
 
-  /** Locks the workspace row and reads the target's membership; 404 `Member not found`. */
-  private async lockMember(em: EntityManager, workspaceId: string, userId: string) {
+  /**
+   * Locks the workspace row and reads the target's membership (404 `Member not found`) and the
+   * acting person's role as it is now: a role changed while the request waited for the lock
+   * (two owners demoting each other at once) decides, not the role read when it authenticated.
+   * A person no longer a member gets 403.
+   */
+  private async lockMember(em: EntityManager, workspaceId: string, userId: string, actor: Actor) {
     await em.execute('select id from workspaces where id = ? for update', [workspaceId]);
     const rows = isUuid(userId)
       ? await em.execute<{ role: Role }[]>(
@@ -134,7 +139,18 @@ export class MembersService {
       : [];
     const row = rows[0];
     if (!row) throw notFound('Member not found');
-    return row.role;
+    return { role: row.role, actor: await this.lockedActor(em, workspaceId, actor) };
+  }
+
+  /** The acting person's role read under the workspace lock; operators pass unchanged. */
+  private async lockedActor(em: EntityManager, workspaceId: string, actor: Actor): Promise<Actor> {
+    if (actor.kind !== 'person') return actor;
+    const rows = await em.execute<{ role: Role }[]>(
+      'select role from memberships where workspace_id = ? and user_id = ?',
+      [workspaceId, actor.userId],
+    );
+    if (!rows[0]) throw forbidden(MEMBERS_FORBIDDEN);
+    return { ...actor, role: rows[0].role };
   }
 
   private async ownerCount(em: EntityManager, workspaceId: string): Promise<number> {
@@ -148,8 +164,9 @@ export class MembersService {
   async changeRole(actor: Actor, workspaceId: string, userId: string, role: Role): Promise<MemberDto> {
     this.assertManager(actor);
     await this.em.transactional(async (em) => {
-      const current = await this.lockMember(em, workspaceId, userId);
-      if (actor.kind === 'person' && (current === 'owner' || role === 'owner') && actor.role !== 'owner') {
+      const { role: current, actor: now } = await this.lockMember(em, workspaceId, userId, actor);
+      this.assertManager(now);
+      if (now.kind === 'person' && (current === 'owner' || role === 'owner') && now.role !== 'owner') {
         throw forbidden(OWNER_ONLY);
       }
       if (current === role) return;
@@ -170,8 +187,9 @@ export class MembersService {
     const leaving = actor.kind === 'person' && actor.userId === userId;
     if (!leaving) this.assertManager(actor);
     await this.em.transactional(async (em) => {
-      const current = await this.lockMember(em, workspaceId, userId);
-      if (!leaving && actor.kind === 'person' && current === 'owner' && actor.role !== 'owner') {
+      const { role: current, actor: now } = await this.lockMember(em, workspaceId, userId, actor);
+      if (!leaving) this.assertManager(now);
+      if (!leaving && now.kind === 'person' && current === 'owner' && now.role !== 'owner') {
         throw forbidden(OWNER_ONLY);
       }
       if (current === 'owner' && (await this.ownerCount(em, workspaceId)) <= 1) throw LAST_OWNER();
@@ -216,6 +234,10 @@ export class MembersService {
         [workspaceId],
       );
       if (!ws[0]) throw notFound('Workspace not found');
+      const now = await this.lockedActor(em, workspaceId, actor);
+      this.assertManager(now);
+      if (now.kind === 'person' && input.role === 'owner' && now.role !== 'owner')
+        throw forbidden(OWNER_ONLY);
       const member = await em.execute(
         `select 1 from memberships m join users u on u.id = m.user_id
           where m.workspace_id = ? and lower(u.email) = ?`,
