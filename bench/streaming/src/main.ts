@@ -11,6 +11,15 @@
  * each phase; on PGlite the database runs in
  * the server process, inside its CPU) and database transactions per request
  * (`pg_stat_database` deltas). Upstream and server run in their own processes.
+ *
+ * `BENCH_ROUNDS=n` measures the c=50 phases n times, each round every path in turn, and
+ * reports each figure's median over the rounds with the range of × direct (each round's
+ * throughput against direct's in the same round): on a shared machine whose speed drifts by
+ * tens of percent from minute to minute, one phase is one sample. `BENCH_COMPARE_ENV='NAME=value
+ * …'` starts a second server (B, its own database) with those settings beside the first (A):
+ * every path is measured on both, their order alternating from round to round — an A/B of a
+ * setting under the same drift. `BENCH_COMPARE_DIST=<dir>` gives B another build of the server
+ * (its `dist`, e.g. from a second worktree), `BENCH_COMPARE_NODE_ARGS` node options of its own.
  */
 import { type ChildProcess, fork } from 'node:child_process';
 import fs from 'node:fs';
@@ -27,6 +36,9 @@ const WARMUP_C50 = Number(process.env.BENCH_WARMUP_C50 ?? 500);
 /** pg_stat_database is flushed by each backend at most every second, idle ones within 10 s. */
 const STATS_SETTLE_MS = Number(process.env.BENCH_STATS_SETTLE_MS ?? 11_000);
 const ONLY = process.env.BENCH_PATHS?.split(',');
+/** What every path asks the fake upstream for (it answers 20 paced tokens whatever it is). */
+const PROMPT = 'Write twenty tokens.';
+const MESSAGES = [{ role: 'user', content: PROMPT }];
 
 function start(script: string, env: Record<string, string | undefined>, nodeArgs: string[] = []) {
   const child = fork(path.join(here, script), [], {
@@ -212,12 +224,45 @@ async function json(url: string, key: string, body: unknown): Promise<any> {
 
 const fmt = (n: number, d = 1) => (Number.isFinite(n) ? n.toFixed(d) : 'n/a');
 
-async function main() {
-  const serverDb = process.env.DATABASE_URL;
+/** `BENCH_COMPARE_ENV='A=1 B=2'`: settings of a second server measured beside the first. */
+function parseEnvList(text: string | undefined): Record<string, string> | undefined {
+  if (!text?.trim()) return undefined;
+  const out: Record<string, string> = {};
+  for (const pair of text.trim().split(/\s+/)) {
+    const eq = pair.indexOf('=');
+    if (eq <= 0) throw new Error(`BENCH_COMPARE_ENV: "${pair}" is not NAME=value`);
+    out[pair.slice(0, eq)] = pair.slice(eq + 1);
+  }
+  return out;
+}
+
+const median = (xs: number[]) => {
+  const s = [...xs].sort((a, b) => a - b);
+  const mid = Math.floor(s.length / 2);
+  return s.length % 2 === 1 ? (s[mid] as number) : ((s[mid - 1] as number) + (s[mid] as number)) / 2;
+};
+
+/** One server under test: its process, database, data directory and the targets it serves. */
+interface Subject {
+  label: string;
+  server: { child: ChildProcess; url: string };
+  watcher: pg.Client | undefined;
+  targets: Target[];
+  stop(): Promise<void>;
+}
+
+async function startSubject(
+  label: string,
+  serverDb: string | undefined,
+  upstreamUrl: string,
+  apiKey: string,
+  extraEnv: Record<string, string>,
+  nodeArgs: string[],
+): Promise<Subject> {
   let dbUrl: string | undefined;
   let dropDb: (() => Promise<void>) | undefined;
   if (serverDb) {
-    const name = `bench_streaming_${Date.now()}`;
+    const name = `bench_streaming_${Date.now()}_${label.replace(/\W/g, '').toLowerCase()}`;
     const admin = new pg.Client({ connectionString: serverDb });
     await admin.connect();
     await admin.query(`create database ${name}`);
@@ -233,37 +278,43 @@ async function main() {
     };
   }
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'bench-streaming-'));
-  const apiKey = `svc_ai_${'bench'.repeat(13)}0000`.slice(0, 71);
-  // The same paced fake upstream as bench/chat-overhead, 20 × 6 ms (about 120 ms per reply)
-  // unless BENCH_PACE_MS says otherwise.
-  const upstream = await start('../../chat-overhead/src/upstream.ts', {
-    BENCH_PACE_MS: process.env.BENCH_PACE_MS ?? '6',
-  });
-  const server = await start(
-    'server.ts',
-    {
-      LOG_LEVEL: 'silent',
-      DATA_DIR: dataDir,
-      DATABASE_URL: dbUrl,
-      OPENAI_BASE_URL: upstream.url,
-      OPENAI_API_KEY: 'bench',
-      CHAT_MODEL: 'fake-chat',
-      INIT_WORKSPACE_NAME: 'bench',
-      INIT_API_KEY: apiKey,
-      INIT_CREDITS_USD: '1000000',
-      RATE_LIMIT_CHAT: '100000000',
-      RATE_LIMIT_APP_CHAT: '100000000',
-      RATE_LIMIT_AGENT_MESSAGE: '100000000',
-      RATE_LIMIT_SESSION_CREATE: '100000000',
-      LLM_MAX_RETRIES: '0',
-    },
-    process.env.BENCH_SERVER_NODE_ARGS?.split(' ').filter(Boolean),
-  );
-  if (!dbUrl) delete process.env.DATABASE_URL;
-  // The bench's own connection, listing the database's backends (itself excluded).
-  const watcher = dbUrl ? new pg.Client({ connectionString: dbUrl }) : undefined;
-  await watcher?.connect();
+  let server: { child: ChildProcess; url: string } | undefined;
+  let watcher: pg.Client | undefined;
+  const stop = async () => {
+    await watcher?.end();
+    if (server?.child.connected) {
+      const exited = new Promise((r) => server?.child.once('exit', r));
+      server.child.disconnect();
+      await exited;
+    }
+    fs.rmSync(dataDir, { recursive: true, force: true });
+    await dropDb?.();
+  };
   try {
+    server = await start(
+      'server.ts',
+      {
+        LOG_LEVEL: 'silent',
+        DATA_DIR: dataDir,
+        DATABASE_URL: dbUrl,
+        OPENAI_BASE_URL: upstreamUrl,
+        OPENAI_API_KEY: 'bench',
+        CHAT_MODEL: 'fake-chat',
+        INIT_WORKSPACE_NAME: 'bench',
+        INIT_API_KEY: apiKey,
+        INIT_CREDITS_USD: '1000000',
+        RATE_LIMIT_CHAT: '100000000',
+        RATE_LIMIT_APP_CHAT: '100000000',
+        RATE_LIMIT_AGENT_MESSAGE: '100000000',
+        RATE_LIMIT_SESSION_CREATE: '100000000',
+        LLM_MAX_RETRIES: '0',
+        ...extraEnv,
+      },
+      nodeArgs,
+    );
+    // The bench's own connection, listing the database's backends (itself excluded).
+    watcher = dbUrl ? new pg.Client({ connectionString: dbUrl }) : undefined;
+    await watcher?.connect();
     const api = `${server.url}/api/v1`;
     const created = await json(`${api}/managed-agents/agents`, apiKey, { name: 'bench agent' });
     const agentId = created.agent.id as string;
@@ -274,24 +325,14 @@ async function main() {
     }
     const app = await json(`${api}/apps`, apiKey, { name: 'bench app' });
     const appId = app.app.id as string;
-    const messages = [{ role: 'user', content: 'Write twenty tokens.' }];
     const auth = { 'content-type': 'application/json', authorization: `Bearer ${apiKey}` };
-    const all: Target[] = [
-      {
-        name: 'direct',
-        request: () => ({
-          url: new URL(`${upstream.url}/chat/completions`),
-          headers: { 'content-type': 'application/json', authorization: 'Bearer bench' },
-          body: JSON.stringify({ model: 'fake-chat', messages, stream: true }),
-        }),
-        firstText: /"content":"[^"]/,
-      },
+    const targets: Target[] = [
       {
         name: '/chat',
         request: () => ({
           url: new URL(`${api}/chat`),
           headers: auth,
-          body: JSON.stringify({ messages }),
+          body: JSON.stringify({ messages: MESSAGES }),
         }),
         firstText: /tok/,
       },
@@ -300,7 +341,7 @@ async function main() {
         request: () => ({
           url: new URL(`${api}/apps/${appId}/chat/message/stream`),
           headers: auth,
-          body: JSON.stringify({ message: 'Write twenty tokens.', role: 'student' }),
+          body: JSON.stringify({ message: PROMPT, role: 'student' }),
         }),
         firstText: /"type":"token"/,
       },
@@ -309,97 +350,202 @@ async function main() {
         request: (client) => ({
           url: new URL(`${api}/managed-agents/sessions/${sessions[client]}/messages`),
           headers: auth,
-          body: JSON.stringify({ message: 'Write twenty tokens.' }),
+          body: JSON.stringify({ message: PROMPT }),
         }),
         firstText: /event: message\.delta/,
       },
     ];
-    const targets = all.filter((t) => !ONLY || ONLY.includes(t.name));
+    return { label, server, watcher, targets, stop };
+  } catch (err) {
+    // A failed set-up stops what it started (the server process included) before it throws.
+    await stop();
+    throw err;
+  }
+}
 
-    for (const t of targets) {
-      await load(t, 20, 1);
-      await load(t, WARMUP_C50, 50);
+async function main() {
+  const serverDb = process.env.DATABASE_URL;
+  const rounds = Math.max(1, Number(process.env.BENCH_ROUNDS ?? 1) || 1);
+  const compareEnv = parseEnvList(process.env.BENCH_COMPARE_ENV);
+  const apiKey = `svc_ai_${'bench'.repeat(13)}0000`.slice(0, 71);
+  // The same paced fake upstream as bench/chat-overhead, 20 × 6 ms (about 120 ms per reply)
+  // unless BENCH_PACE_MS says otherwise.
+  const upstream = await start('../../chat-overhead/src/upstream.ts', {
+    BENCH_PACE_MS: process.env.BENCH_PACE_MS ?? '6',
+  });
+  const subjects: Subject[] = [];
+  try {
+    const args = (v: string | undefined) => v?.split(' ').filter(Boolean) ?? [];
+    const baseArgs = args(process.env.BENCH_SERVER_NODE_ARGS);
+    const compareDist = process.env.BENCH_COMPARE_DIST?.trim();
+    const compareArgs = args(process.env.BENCH_COMPARE_NODE_ARGS);
+    // What B has that A has not, as the table's note says it (none: no B).
+    const compared = [
+      process.env.BENCH_COMPARE_ENV?.trim(),
+      compareDist && `the server of ${compareDist}`,
+      compareArgs.length > 0 && `node ${compareArgs.join(' ')}`,
+    ].filter(Boolean);
+    subjects.push(
+      await startSubject(compared.length > 0 ? 'A' : '', serverDb, upstream.url, apiKey, {}, baseArgs),
+    );
+    if (compared.length > 0) {
+      const env = { ...compareEnv, ...(compareDist ? { BENCH_SERVER_DIST: path.resolve(compareDist) } : {}) };
+      subjects.push(
+        await startSubject('B', serverDb, upstream.url, apiKey, env, [...baseArgs, ...compareArgs]),
+      );
     }
-    const results: Record<string, unknown>[] = [];
-    const samples: Record<string, [number, number, number][]> = {};
-    for (const t of targets) {
-      for (const [c, n] of [
-        [1, N1],
-        [50, N50],
-      ] as const) {
-        if (serverDb) await new Promise((r) => setTimeout(r, STATS_SETTLE_MS));
-        const db0 = await ask<{ type: string; xacts: number; pids: number[] }>(server.child, 'db');
-        const backendCpu = watcher ? new BackendCpu(watcher) : undefined;
-        await backendCpu?.start();
-        const s0 = await ask<{ type: string; cpuMicros: number }>(server.child, 'stats');
-        const w0 = Date.now();
-        // A failed request ends the bench with its error (the sampler stopped first, so that
-        // error is the one reported).
-        const r = await load(t, n, c).catch(async (err: unknown) => {
-          await backendCpu?.stop();
-          throw err;
-        });
-        const seconds = (Date.now() - w0) / 1000;
-        samples[`${t.name} c=${c}`] = r.samples;
-        const s1 = await ask<{ type: string; cpuMicros: number }>(server.child, 'stats');
-        const dbCpu = await backendCpu?.stop();
-        if (serverDb) await new Promise((r) => setTimeout(r, STATS_SETTLE_MS));
-        const db1 = await ask<{ type: string; xacts: number; pids: number[] }>(server.child, 'db');
-        results.push({
-          path: t.name,
-          concurrency: c,
-          requests: n,
-          rps: r.rps,
-          ttfbP50: r.ttfbP50,
-          ttfbP99: r.ttfbP99,
-          totalP50: r.totalP50,
-          totalP99: r.totalP99,
-          serverCpuMs: t.name === 'direct' ? 0 : (s1.cpuMicros - s0.cpuMicros) / 1000 / n,
-          dbCpuMs: dbCpu ? dbCpu.ms / n : Number.NaN,
-          dbBackends: dbCpu?.backends ?? 0,
-          seconds,
-          // Minus the statement that read the counter the first time.
-          xacts: db1.xacts - db0.xacts - 1,
-          dbXactsPerRequest: 0,
-        });
+    const direct: Target = {
+      name: 'direct',
+      request: () => ({
+        url: new URL(`${upstream.url}/chat/completions`),
+        headers: { 'content-type': 'application/json', authorization: 'Bearer bench' },
+        body: JSON.stringify({ model: 'fake-chat', messages: MESSAGES, stream: true }),
+      }),
+      firstText: /"content":"[^"]/,
+    };
+    const want = (name: string) => !ONLY || ONLY.includes(name);
+    // Every measured phase: a path on one subject (direct on none) at one concurrency.
+    type Phase = { target: Target; subject: Subject | undefined };
+    const phasesOf = (order: Subject[]): Phase[] => {
+      const out: Phase[] = want('direct') ? [{ target: direct, subject: undefined }] : [];
+      for (let i = 0; i < subjects[0]!.targets.length; i++) {
+        for (const subject of order) {
+          const target = subject.targets[i]!;
+          if (want(target.name)) out.push({ target, subject });
+        }
       }
+      return out;
+    };
+    const label = (p: Phase) => (p.subject?.label ? `${p.target.name} [${p.subject.label}]` : p.target.name);
+
+    for (const p of phasesOf(subjects)) {
+      await load(p.target, 20, 1);
+      await load(p.target, WARMUP_C50, 50);
+    }
+    const results: Record<string, any>[] = [];
+    const samples: Record<string, [number, number, number][]> = {};
+    const measure = async (p: Phase, c: number, n: number, round: number, settle: boolean) => {
+      // Database figures come from the subject measured (direct: from the first one's, idle).
+      const s = p.subject ?? subjects[0]!;
+      if (serverDb && settle) await new Promise((r) => setTimeout(r, STATS_SETTLE_MS));
+      const db0 = await ask<{ type: string; xacts: number; pids: number[] }>(s.server.child, 'db');
+      const backendCpu = s.watcher ? new BackendCpu(s.watcher) : undefined;
+      await backendCpu?.start();
+      const s0 = await ask<{ type: string; cpuMicros: number }>(s.server.child, 'stats');
+      const w0 = Date.now();
+      // A failed request ends the bench with its error (the sampler stopped first, so that
+      // error is the one reported).
+      const r = await load(p.target, n, c).catch(async (err: unknown) => {
+        await backendCpu?.stop();
+        throw err;
+      });
+      const seconds = (Date.now() - w0) / 1000;
+      samples[`${label(p)} c=${c}${rounds > 1 ? ` round ${round}` : ''}`] = r.samples;
+      const s1 = await ask<{ type: string; cpuMicros: number }>(s.server.child, 'stats');
+      const dbCpu = await backendCpu?.stop();
+      if (serverDb && settle) await new Promise((r) => setTimeout(r, STATS_SETTLE_MS));
+      const db1 = await ask<{ type: string; xacts: number; pids: number[] }>(s.server.child, 'db');
+      results.push({
+        path: label(p),
+        concurrency: c,
+        round,
+        requests: n,
+        rps: r.rps,
+        ttfbP50: r.ttfbP50,
+        ttfbP99: r.ttfbP99,
+        totalP50: r.totalP50,
+        totalP99: r.totalP99,
+        serverCpuMs: p.subject ? (s1.cpuMicros - s0.cpuMicros) / 1000 / n : 0,
+        dbCpuMs: dbCpu ? dbCpu.ms / n : Number.NaN,
+        dbBackends: dbCpu?.backends ?? 0,
+        seconds,
+        // Minus the statement that read the counter the first time; measured in round 1 only
+        // (the counters need STATS_SETTLE_MS on each side of a phase).
+        xacts: settle ? db1.xacts - db0.xacts - 1 : Number.NaN,
+        dbXactsPerRequest: Number.NaN,
+      });
+    };
+    // c=1 once; c=50 in rounds, each round every path on every subject, the subjects' order
+    // alternating from round to round (A B, then B A), so a drift of the machine's speed
+    // during the run falls on both.
+    for (const p of phasesOf(subjects)) await measure(p, 1, N1, 1, true);
+    for (let round = 1; round <= rounds; round++) {
+      const order = round % 2 === 1 ? subjects : [...subjects].reverse();
+      for (const p of phasesOf(order)) await measure(p, 50, N50, round, round === 1);
     }
     // Idle work of the server (run workers' and the webhook poller's polls, ~1 per second
     // each) measured while only the direct path ran, subtracted from every path.
-    for (const r of results as any[]) {
-      const d = results.find((x) => x.path === 'direct' && x.concurrency === r.concurrency) as any;
+    for (const r of results) {
+      if (!Number.isFinite(r.xacts)) continue;
+      const d = results.find((x) => x.path === 'direct' && x.concurrency === r.concurrency && x.round === 1);
       const idlePerSecond = d ? d.xacts / d.seconds : 0;
       r.dbXactsPerRequest = Math.max(0, r.xacts - idlePerSecond * r.seconds) / r.requests;
     }
-    const direct = (c: number) => results.find((r) => r.path === 'direct' && r.concurrency === c) as any;
-    console.log(
-      `\n${os.cpus().length} × ${os.cpus()[0]?.model ?? 'cpu'}, Node ${process.version}; database: ${serverDb ? 'PostgreSQL server' : 'embedded (PGlite)'}; load average ${os
+    // Each phase against direct in the same round.
+    for (const r of results) {
+      const d = results.find(
+        (x) => x.path === 'direct' && x.concurrency === r.concurrency && x.round === r.round,
+      );
+      r.xDirect = d ? r.rps / d.rps : Number.NaN;
+      r.addedP50 = r.ttfbP50 - (d?.ttfbP50 ?? 0);
+      r.addedP99 = r.ttfbP99 - (d?.ttfbP99 ?? 0);
+    }
+    const notes = [
+      `${os.cpus().length} × ${os.cpus()[0]?.model ?? 'cpu'}, Node ${process.version}`,
+      `database: ${serverDb ? 'PostgreSQL server' : 'embedded (PGlite)'}`,
+      `load average ${os
         .loadavg()
         .map((l) => l.toFixed(1))
         .join(' ')}`,
-    );
+      ...(subjects.length > 1 ? [`B = A with ${compared.join(', ')}`] : []),
+      ...(rounds > 1 ? [`c=50: median of ${rounds} rounds (range of × direct in brackets)`] : []),
+    ];
+    console.log(`\n${notes.join('; ')}`);
     console.log(
       '\n| path | c | first text p50 / p99 ms | added p50 / p99 ms | total p50 / p99 ms | req/s | × direct | server CPU ms/req | DB CPU ms/req | DB xacts/req |',
     );
     console.log('|---|---|---|---|---|---|---|---|---|---|');
-    for (const r of results as any[]) {
-      const d = direct(r.concurrency);
-      console.log(
-        `| ${r.path} | ${r.concurrency} | ${fmt(r.ttfbP50)} / ${fmt(r.ttfbP99)} | ${fmt(r.ttfbP50 - (d?.ttfbP50 ?? 0))} / ${fmt(r.ttfbP99 - (d?.ttfbP99 ?? 0))} | ${fmt(r.totalP50)} / ${fmt(r.totalP99)} | ${fmt(r.rps, 0)} | ${d ? fmt(r.rps / d.rps, 2) : 'n/a'} | ${fmt(r.serverCpuMs, 2)} | ${fmt(r.dbCpuMs, 2)} | ${fmt(r.dbXactsPerRequest, 1)} |`,
-      );
+    const summary: Record<string, any>[] = [];
+    for (const c of [1, 50]) {
+      const names = [...new Set(results.filter((r) => r.concurrency === c).map((r) => r.path as string))];
+      for (const name of names) {
+        const rs = results.filter((r) => r.concurrency === c && r.path === name);
+        const m = (k: string) => median(rs.map((r) => r[k] as number));
+        const xs = rs.map((r) => r.xDirect as number);
+        const row = {
+          path: name,
+          concurrency: c,
+          rounds: rs.length,
+          ttfbP50: m('ttfbP50'),
+          ttfbP99: m('ttfbP99'),
+          addedP50: m('addedP50'),
+          addedP99: m('addedP99'),
+          totalP50: m('totalP50'),
+          totalP99: m('totalP99'),
+          rps: m('rps'),
+          xDirect: median(xs),
+          xDirectMin: Math.min(...xs),
+          xDirectMax: Math.max(...xs),
+          serverCpuMs: m('serverCpuMs'),
+          dbCpuMs: m('dbCpuMs'),
+          dbXactsPerRequest: rs[0]?.dbXactsPerRequest as number,
+        };
+        summary.push(row);
+        const range = rs.length > 1 ? ` (${fmt(row.xDirectMin, 2)}–${fmt(row.xDirectMax, 2)})` : '';
+        console.log(
+          `| ${name} | ${c} | ${fmt(row.ttfbP50)} / ${fmt(row.ttfbP99)} | ${fmt(row.addedP50)} / ${fmt(row.addedP99)} | ${fmt(row.totalP50)} / ${fmt(row.totalP99)} | ${fmt(row.rps, 0)} | ${fmt(row.xDirect, 2)}${range} | ${fmt(row.serverCpuMs, 2)} | ${fmt(row.dbCpuMs, 2)} | ${fmt(row.dbXactsPerRequest, 1)} |`,
+        );
+      }
     }
-    if (process.env.BENCH_JSON) fs.writeFileSync(process.env.BENCH_JSON, JSON.stringify(results, null, 2));
+    if (process.env.BENCH_JSON)
+      fs.writeFileSync(process.env.BENCH_JSON, JSON.stringify({ summary, results }, null, 2));
     // Every measured request as [start ms into its phase, first text ms, total ms], per phase:
     // shows whether slow requests are spread out or come together (a phase's first wave).
     if (process.env.BENCH_SAMPLES) fs.writeFileSync(process.env.BENCH_SAMPLES, JSON.stringify(samples));
   } finally {
-    await watcher?.end();
     agent.destroy();
-    server.child.disconnect();
+    for (const s of subjects) await s.stop();
     upstream.child.disconnect();
-    await new Promise((r) => server.child.once('exit', r));
-    fs.rmSync(dataDir, { recursive: true, force: true });
-    await dropDb?.();
   }
 }
 

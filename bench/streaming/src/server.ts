@@ -1,13 +1,20 @@
 /**
- * Child process: the AI Suite server (production build, `packages/server/dist`) pointed at the
- * fake upstream, on its own embedded database or DATABASE_URL. Answers `stats` with its CPU
- * time and RSS, and `db` with the database's committed + rolled-back transaction count and
- * the process ids of the backends serving it (for their CPU time).
+ * Child process: the AI Suite server (production build, `packages/server/dist`, or the `dist`
+ * in BENCH_SERVER_DIST) pointed at the fake upstream, on its own embedded database or
+ * DATABASE_URL. Answers `stats` with its CPU time and RSS, and `db` with the database's
+ * committed + rolled-back transaction count and the process ids of the backends serving it
+ * (for their CPU time).
  */
+import path from 'node:path';
+import { pathToFileURL } from 'node:url';
 import type * as ServerModule from '@ai-suite/server';
 
 const { createServer }: typeof ServerModule = await import(
-  process.env.BENCH_FROM_SOURCE === '1' ? '@ai-suite/server' : '../../../packages/server/dist/index.js'
+  process.env.BENCH_FROM_SOURCE === '1'
+    ? '@ai-suite/server'
+    : process.env.BENCH_SERVER_DIST
+      ? pathToFileURL(path.join(process.env.BENCH_SERVER_DIST, 'index.js')).href
+      : '../../../packages/server/dist/index.js'
 );
 
 const server = await createServer({ env: process.env });
