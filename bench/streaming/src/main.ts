@@ -20,8 +20,12 @@
  * every path is measured on both, their order alternating from round to round — an A/B of a
  * setting under the same drift. `BENCH_COMPARE_DIST=<dir>` gives B another build of the server
  * (its `dist`, e.g. from a second worktree), `BENCH_COMPARE_NODE_ARGS` node options of its own.
+ * `BENCH_SERVER_CPUS=<list>` pins every thread of the server to those CPUs (`taskset`), as
+ * issue 20 measured; `BENCH_COMPARE_CPUS` pins B alone. Each phase also reports the CPU its
+ * load costs (this process's clients and the fake upstream, per request) and how busy the
+ * whole host was (/proc/stat): on a small host the paths share its cores with the load.
  */
-import { type ChildProcess, fork } from 'node:child_process';
+import { type ChildProcess, execFileSync, fork } from 'node:child_process';
 import fs from 'node:fs';
 import http from 'node:http';
 import os from 'node:os';
@@ -81,6 +85,14 @@ function procCpuMs(pids: number[]): number {
     }
   }
   return sum;
+}
+
+/** The host's CPU time (all cores, in USER_HZ ticks): busy and in all, from /proc/stat. */
+function hostCpu(): { busy: number; total: number } {
+  const f = fs.readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/).slice(1).map(Number);
+  // user nice system idle iowait irq softirq steal (guest time is counted in user already)
+  const total = f.slice(0, 8).reduce((a, b) => a + b, 0);
+  return { busy: total - (f[3] ?? 0) - (f[4] ?? 0), total };
 }
 
 /**
@@ -258,6 +270,7 @@ async function startSubject(
   apiKey: string,
   extraEnv: Record<string, string>,
   nodeArgs: string[],
+  cpus: string | undefined,
 ): Promise<Subject> {
   let dbUrl: string | undefined;
   let dropDb: (() => Promise<void>) | undefined;
@@ -312,6 +325,8 @@ async function startSubject(
       },
       nodeArgs,
     );
+    // Pinned, every thread of it (threads started later inherit the mask), as issue 20 measured.
+    if (cpus && server.child.pid) execFileSync('taskset', ['-a', '-cp', cpus, String(server.child.pid)]);
     // The bench's own connection, listing the database's backends (itself excluded).
     watcher = dbUrl ? new pg.Client({ connectionString: dbUrl }) : undefined;
     await watcher?.connect();
@@ -373,25 +388,37 @@ async function main() {
   const upstream = await start('../../chat-overhead/src/upstream.ts', {
     BENCH_PACE_MS: process.env.BENCH_PACE_MS ?? '6',
   });
+  const upstreamPid = upstream.child.pid ?? 0;
   const subjects: Subject[] = [];
   try {
     const args = (v: string | undefined) => v?.split(' ').filter(Boolean) ?? [];
     const baseArgs = args(process.env.BENCH_SERVER_NODE_ARGS);
     const compareDist = process.env.BENCH_COMPARE_DIST?.trim();
     const compareArgs = args(process.env.BENCH_COMPARE_NODE_ARGS);
+    const cpus = process.env.BENCH_SERVER_CPUS?.trim() || undefined;
+    const compareCpus = process.env.BENCH_COMPARE_CPUS?.trim() || undefined;
     // What B has that A has not, as the table's note says it (none: no B).
     const compared = [
       process.env.BENCH_COMPARE_ENV?.trim(),
       compareDist && `the server of ${compareDist}`,
       compareArgs.length > 0 && `node ${compareArgs.join(' ')}`,
+      compareCpus && `the server pinned to CPUs ${compareCpus}`,
     ].filter(Boolean);
     subjects.push(
-      await startSubject(compared.length > 0 ? 'A' : '', serverDb, upstream.url, apiKey, {}, baseArgs),
+      await startSubject(compared.length > 0 ? 'A' : '', serverDb, upstream.url, apiKey, {}, baseArgs, cpus),
     );
     if (compared.length > 0) {
       const env = { ...compareEnv, ...(compareDist ? { BENCH_SERVER_DIST: path.resolve(compareDist) } : {}) };
       subjects.push(
-        await startSubject('B', serverDb, upstream.url, apiKey, env, [...baseArgs, ...compareArgs]),
+        await startSubject(
+          'B',
+          serverDb,
+          upstream.url,
+          apiKey,
+          env,
+          [...baseArgs, ...compareArgs],
+          compareCpus ?? cpus,
+        ),
       );
     }
     const direct: Target = {
@@ -432,6 +459,10 @@ async function main() {
       const backendCpu = s.watcher ? new BackendCpu(s.watcher) : undefined;
       await backendCpu?.start();
       const s0 = await ask<{ type: string; cpuMicros: number }>(s.server.child, 'stats');
+      // The load's own side: this process (the clients) and the fake upstream.
+      const own0 = process.cpuUsage();
+      const up0 = procCpuMs([upstreamPid]);
+      const h0 = hostCpu();
       const w0 = Date.now();
       // A failed request ends the bench with its error (the sampler stopped first, so that
       // error is the one reported).
@@ -440,6 +471,9 @@ async function main() {
         throw err;
       });
       const seconds = (Date.now() - w0) / 1000;
+      const h1 = hostCpu();
+      const own = process.cpuUsage(own0);
+      const loadCpuMs = (own.user + own.system) / 1000 + procCpuMs([upstreamPid]) - up0;
       samples[`${label(p)} c=${c}${rounds > 1 ? ` round ${round}` : ''}`] = r.samples;
       const s1 = await ask<{ type: string; cpuMicros: number }>(s.server.child, 'stats');
       const dbCpu = await backendCpu?.stop();
@@ -458,6 +492,8 @@ async function main() {
         serverCpuMs: p.subject ? (s1.cpuMicros - s0.cpuMicros) / 1000 / n : 0,
         dbCpuMs: dbCpu ? dbCpu.ms / n : Number.NaN,
         dbBackends: dbCpu?.backends ?? 0,
+        loadCpuMs: loadCpuMs / n,
+        hostBusyPct: (100 * (h1.busy - h0.busy)) / Math.max(1, h1.total - h0.total),
         seconds,
         // Minus the statement that read the counter the first time; measured in round 1 only
         // (the counters need STATS_SETTLE_MS on each side of a phase).
@@ -502,9 +538,9 @@ async function main() {
     ];
     console.log(`\n${notes.join('; ')}`);
     console.log(
-      '\n| path | c | first text p50 / p99 ms | added p50 / p99 ms | total p50 / p99 ms | req/s | × direct | server CPU ms/req | DB CPU ms/req | DB xacts/req |',
+      '\n| path | c | first text p50 / p99 ms | added p50 / p99 ms | total p50 / p99 ms | req/s | × direct | server CPU ms/req | DB CPU ms/req | DB xacts/req | clients + upstream CPU ms/req | host CPU busy |',
     );
-    console.log('|---|---|---|---|---|---|---|---|---|---|');
+    console.log('|---|---|---|---|---|---|---|---|---|---|---|---|');
     const summary: Record<string, any>[] = [];
     for (const c of [1, 50]) {
       const names = [...new Set(results.filter((r) => r.concurrency === c).map((r) => r.path as string))];
@@ -528,12 +564,14 @@ async function main() {
           xDirectMax: Math.max(...xs),
           serverCpuMs: m('serverCpuMs'),
           dbCpuMs: m('dbCpuMs'),
+          loadCpuMs: m('loadCpuMs'),
+          hostBusyPct: m('hostBusyPct'),
           dbXactsPerRequest: rs[0]?.dbXactsPerRequest as number,
         };
         summary.push(row);
         const range = rs.length > 1 ? ` (${fmt(row.xDirectMin, 2)}–${fmt(row.xDirectMax, 2)})` : '';
         console.log(
-          `| ${name} | ${c} | ${fmt(row.ttfbP50)} / ${fmt(row.ttfbP99)} | ${fmt(row.addedP50)} / ${fmt(row.addedP99)} | ${fmt(row.totalP50)} / ${fmt(row.totalP99)} | ${fmt(row.rps, 0)} | ${fmt(row.xDirect, 2)}${range} | ${fmt(row.serverCpuMs, 2)} | ${fmt(row.dbCpuMs, 2)} | ${fmt(row.dbXactsPerRequest, 1)} |`,
+          `| ${name} | ${c} | ${fmt(row.ttfbP50)} / ${fmt(row.ttfbP99)} | ${fmt(row.addedP50)} / ${fmt(row.addedP99)} | ${fmt(row.totalP50)} / ${fmt(row.totalP99)} | ${fmt(row.rps, 0)} | ${fmt(row.xDirect, 2)}${range} | ${fmt(row.serverCpuMs, 2)} | ${fmt(row.dbCpuMs, 2)} | ${fmt(row.dbXactsPerRequest, 1)} | ${fmt(row.loadCpuMs, 2)} | ${fmt(row.hostBusyPct, 0)} % |`,
         );
       }
     }
