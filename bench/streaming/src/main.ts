@@ -87,6 +87,20 @@ function procCpuMs(pids: number[]): number {
   return sum;
 }
 
+interface DbCounts {
+  type: string;
+  xacts: number;
+  pids: number[];
+  rows: Record<string, number>;
+}
+
+const sum = (m: Record<string, number>) => Object.values(m).reduce((a, b) => a + b, 0);
+
+/** Rows written per table between two readings (tables absent from either count from zero). */
+function rowDeltas(a: Record<string, number>, b: Record<string, number>): Record<string, number> {
+  return Object.fromEntries(Object.entries(b).map(([t, n]) => [t, n - (a[t] ?? 0)]));
+}
+
 /** The host's CPU time (all cores, in USER_HZ ticks): busy and in all, from /proc/stat. */
 function hostCpu(): { busy: number; total: number } {
   const f = fs.readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/).slice(1).map(Number);
@@ -455,7 +469,7 @@ async function main() {
       // Database figures come from the subject measured (direct: from the first one's, idle).
       const s = p.subject ?? subjects[0]!;
       if (serverDb && settle) await new Promise((r) => setTimeout(r, STATS_SETTLE_MS));
-      const db0 = await ask<{ type: string; xacts: number; pids: number[] }>(s.server.child, 'db');
+      const db0 = await ask<DbCounts>(s.server.child, 'db');
       const backendCpu = s.watcher ? new BackendCpu(s.watcher) : undefined;
       await backendCpu?.start();
       const s0 = await ask<{ type: string; cpuMicros: number }>(s.server.child, 'stats');
@@ -478,7 +492,7 @@ async function main() {
       const s1 = await ask<{ type: string; cpuMicros: number }>(s.server.child, 'stats');
       const dbCpu = await backendCpu?.stop();
       if (serverDb && settle) await new Promise((r) => setTimeout(r, STATS_SETTLE_MS));
-      const db1 = await ask<{ type: string; xacts: number; pids: number[] }>(s.server.child, 'db');
+      const db1 = await ask<DbCounts>(s.server.child, 'db');
       results.push({
         path: label(p),
         concurrency: c,
@@ -498,6 +512,8 @@ async function main() {
         // Minus the statement that read the counter the first time; measured in round 1 only
         // (the counters need STATS_SETTLE_MS on each side of a phase).
         xacts: settle ? db1.xacts - db0.xacts - 1 : Number.NaN,
+        // Rows written per table over the phase (round 1 only, as the transactions).
+        rows: settle ? rowDeltas(db0.rows, db1.rows) : undefined,
         dbXactsPerRequest: Number.NaN,
       });
     };
@@ -516,6 +532,15 @@ async function main() {
       const d = results.find((x) => x.path === 'direct' && x.concurrency === r.concurrency && x.round === 1);
       const idlePerSecond = d ? d.xacts / d.seconds : 0;
       r.dbXactsPerRequest = Math.max(0, r.xacts - idlePerSecond * r.seconds) / r.requests;
+      const idleRows = d?.rows ? sum(d.rows) / d.seconds : 0;
+      if (r.rows) {
+        r.dbRowsPerRequest = Math.max(0, sum(r.rows) - idleRows * r.seconds) / r.requests;
+        r.rowsPerRequestByTable = Object.fromEntries(
+          Object.entries(r.rows as Record<string, number>)
+            .filter(([, n]) => n > 0)
+            .map(([t, n]) => [t, Number((n / r.requests).toFixed(2))]),
+        );
+      }
     }
     // Each phase against direct in the same round.
     for (const r of results) {
@@ -538,9 +563,9 @@ async function main() {
     ];
     console.log(`\n${notes.join('; ')}`);
     console.log(
-      '\n| path | c | first text p50 / p99 ms | added p50 / p99 ms | total p50 / p99 ms | req/s | × direct | server CPU ms/req | DB CPU ms/req | DB xacts/req | clients + upstream CPU ms/req | host CPU busy |',
+      '\n| path | c | first text p50 / p99 ms | added p50 / p99 ms | total p50 / p99 ms | req/s | × direct | server CPU ms/req | DB CPU ms/req | DB xacts/req | DB rows written/req | clients + upstream CPU ms/req | host CPU busy |',
     );
-    console.log('|---|---|---|---|---|---|---|---|---|---|---|---|');
+    console.log('|---|---|---|---|---|---|---|---|---|---|---|---|---|');
     const summary: Record<string, any>[] = [];
     for (const c of [1, 50]) {
       const names = [...new Set(results.filter((r) => r.concurrency === c).map((r) => r.path as string))];
@@ -567,13 +592,22 @@ async function main() {
           loadCpuMs: m('loadCpuMs'),
           hostBusyPct: m('hostBusyPct'),
           dbXactsPerRequest: rs[0]?.dbXactsPerRequest as number,
+          dbRowsPerRequest: (rs[0]?.dbRowsPerRequest as number) ?? Number.NaN,
+          rowsPerRequestByTable: rs[0]?.rowsPerRequestByTable,
         };
         summary.push(row);
         const range = rs.length > 1 ? ` (${fmt(row.xDirectMin, 2)}–${fmt(row.xDirectMax, 2)})` : '';
         console.log(
-          `| ${name} | ${c} | ${fmt(row.ttfbP50)} / ${fmt(row.ttfbP99)} | ${fmt(row.addedP50)} / ${fmt(row.addedP99)} | ${fmt(row.totalP50)} / ${fmt(row.totalP99)} | ${fmt(row.rps, 0)} | ${fmt(row.xDirect, 2)}${range} | ${fmt(row.serverCpuMs, 2)} | ${fmt(row.dbCpuMs, 2)} | ${fmt(row.dbXactsPerRequest, 1)} | ${fmt(row.loadCpuMs, 2)} | ${fmt(row.hostBusyPct, 0)} % |`,
+          `| ${name} | ${c} | ${fmt(row.ttfbP50)} / ${fmt(row.ttfbP99)} | ${fmt(row.addedP50)} / ${fmt(row.addedP99)} | ${fmt(row.totalP50)} / ${fmt(row.totalP99)} | ${fmt(row.rps, 0)} | ${fmt(row.xDirect, 2)}${range} | ${fmt(row.serverCpuMs, 2)} | ${fmt(row.dbCpuMs, 2)} | ${fmt(row.dbXactsPerRequest, 1)} | ${fmt(row.dbRowsPerRequest, 1)} | ${fmt(row.loadCpuMs, 2)} | ${fmt(row.hostBusyPct, 0)} % |`,
         );
       }
+    }
+    const byTable = summary.filter((r) => r.concurrency === 50 && r.rowsPerRequestByTable);
+    if (byTable.length > 0)
+      console.log('\nRows written per request at c=50, by table (round 1, idle not subtracted):');
+    for (const r of byTable) {
+      const t = Object.entries(r.rowsPerRequestByTable as Record<string, number>).sort((a, b) => b[1] - a[1]);
+      if (t.length > 0) console.log(`- ${r.path}: ${t.map(([k, n]) => `${k} ${n}`).join(', ')}`);
     }
     if (process.env.BENCH_JSON)
       fs.writeFileSync(process.env.BENCH_JSON, JSON.stringify({ summary, results }, null, 2));

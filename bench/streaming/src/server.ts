@@ -37,7 +37,18 @@ process.on('message', async (msg: { type: string }) => {
     const pids = await em.execute<{ pid: number }[]>(
       'select pid from pg_stat_activity where datname = current_database() and pid <> pg_backend_pid()',
     );
-    process.send?.({ type: 'db', xacts: Number(x[0]?.n ?? 0), pids: pids.map((p) => Number(p.pid)) });
+    // Rows written, per table (inserted + updated + deleted; PGlite keeps no such counts).
+    const tables = await em
+      .execute<{ relname: string; n: string }[]>(
+        'select relname, n_tup_ins + n_tup_upd + n_tup_del as n from pg_stat_user_tables',
+      )
+      .catch(() => []);
+    process.send?.({
+      type: 'db',
+      xacts: Number(x[0]?.n ?? 0),
+      pids: pids.map((p) => Number(p.pid)),
+      rows: Object.fromEntries(tables.map((t) => [t.relname, Number(t.n)])),
+    });
   }
 });
 process.on('disconnect', () => {
