@@ -2,8 +2,8 @@
  * Child process: the AI Suite server (production build, `packages/server/dist`, or the `dist`
  * in BENCH_SERVER_DIST) pointed at the fake upstream, on its own embedded database or
  * DATABASE_URL. Answers `stats` with its CPU time and RSS, and `db` with the database's
- * committed + rolled-back transaction count and the process ids of the backends serving it
- * (for their CPU time).
+ * committed + rolled-back transaction count, the process ids of the backends serving it (for
+ * their CPU time) and the rows written so far per table.
  */
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -37,12 +37,10 @@ process.on('message', async (msg: { type: string }) => {
     const pids = await em.execute<{ pid: number }[]>(
       'select pid from pg_stat_activity where datname = current_database() and pid <> pg_backend_pid()',
     );
-    // Rows written, per table (inserted + updated + deleted; PGlite keeps no such counts).
-    const tables = await em
-      .execute<{ relname: string; n: string }[]>(
-        'select relname, n_tup_ins + n_tup_upd + n_tup_del as n from pg_stat_user_tables',
-      )
-      .catch(() => []);
+    // Rows written, per table (inserted + updated + deleted).
+    const tables = await em.execute<{ relname: string; n: string }[]>(
+      'select relname, n_tup_ins + n_tup_upd + n_tup_del as n from pg_stat_user_tables',
+    );
     process.send?.({
       type: 'db',
       xacts: Number(x[0]?.n ?? 0),

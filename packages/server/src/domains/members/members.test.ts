@@ -158,13 +158,16 @@ describe('members and roles', () => {
           // o2 authenticates as an owner, then waits for the workspace lock this test holds.
           demote = setRole(o2.token, o1.userId, 'member', w.workspaceId);
           inviteOwner = invite(o2.token, { email: email(), role: 'owner' }, w.workspaceId);
-          for (let i = 0; i < 500; i++) {
-            const waiting = await sql<{ n: string }>(
+          // Both requests must be waiting for the lock, or the test would not test the race.
+          let waiting = 0;
+          for (let i = 0; i < 500 && waiting < 2; i++) {
+            const rows = await sql<{ n: string }>(
               "select count(*) as n from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'",
             );
-            if (Number(waiting[0]?.n) >= 2) break;
-            await new Promise((r) => setTimeout(r, 10));
+            waiting = Number(rows[0]?.n);
+            if (waiting < 2) await new Promise((r) => setTimeout(r, 10));
           }
+          expect(waiting).toBe(2);
           await tx.execute("update memberships set role = 'admin' where workspace_id = ? and user_id = ?", [
             w.workspaceId,
             o2.userId,
@@ -175,12 +178,22 @@ describe('members and roles', () => {
       expect(await d?.json()).toEqual({ error: 'Only an owner can grant, change or remove the owner role' });
       expect(inv?.status).toBe(403);
       const roles = await sql<{ user_id: string; role: string }>(
-        'select user_id, role from memberships where workspace_id = ? order by role',
+        'select user_id, role from memberships where workspace_id = ?',
         [w.workspaceId],
       );
       expect(roles.find((r) => r.user_id === o1.userId)?.role).toBe('owner');
     },
   );
+
+  it('finds a member whatever the case of the id in the path', async () => {
+    const m = await createTestSession(ts, ws, { role: 'member' });
+    const res = await setRole(owner.token, m.userId.toUpperCase(), 'admin');
+    expect(res.status).toBe(200);
+    expect(((await res.json()) as { member: { userId: string; role: string } }).member).toMatchObject({
+      userId: m.userId,
+      role: 'admin',
+    });
+  });
 
   it('removes members (their sessions lose the workspace) and lets anyone leave', async () => {
     const m = await createTestSession(ts, ws, { role: 'member' });

@@ -124,33 +124,46 @@ export class MembersService {
   }
 
   /**
-   * Locks the workspace row and reads the target's membership (404 `Member not found`) and the
-   * acting person's role as it is now: a role changed while the request waited for the lock
-   * (two owners demoting each other at once) decides, not the role read when it authenticated.
-   * A person no longer a member gets 403.
+   * Locks the workspace row and reads, in one query, the target's membership (404 `Member not
+   * found`) and the acting person's role as it is now (`lockedActor`).
    */
   private async lockMember(em: EntityManager, workspaceId: string, userId: string, actor: Actor) {
     await em.execute('select id from workspaces where id = ? for update', [workspaceId]);
-    const rows = isUuid(userId)
-      ? await em.execute<{ role: Role }[]>(
-          'select role from memberships where workspace_id = ? and user_id = ?',
-          [workspaceId, userId],
-        )
-      : [];
-    const row = rows[0];
-    if (!row) throw notFound('Member not found');
-    return { role: row.role, actor: await this.lockedActor(em, workspaceId, actor) };
+    const roles = await this.roles(em, workspaceId, [
+      ...(isUuid(userId) ? [userId] : []),
+      ...(actor.kind === 'person' ? [actor.userId] : []),
+    ]);
+    const role = roles.get(userId.toLowerCase());
+    if (!role) throw notFound('Member not found');
+    return { role, actor: this.actorNow(actor, roles) };
   }
 
-  /** The acting person's role read under the workspace lock; operators pass unchanged. */
+  /**
+   * The acting person's role read under the workspace lock (taken by the caller): a role changed
+   * while the request waited for the lock (two owners demoting each other at once) decides, not
+   * the role read when it authenticated. Operators pass unchanged.
+   */
   private async lockedActor(em: EntityManager, workspaceId: string, actor: Actor): Promise<Actor> {
     if (actor.kind !== 'person') return actor;
-    const rows = await em.execute<{ role: Role }[]>(
-      'select role from memberships where workspace_id = ? and user_id = ?',
-      [workspaceId, actor.userId],
+    return this.actorNow(actor, await this.roles(em, workspaceId, [actor.userId]));
+  }
+
+  /** `actor` with its role in `roles`; 403 for a person who is no longer a member. */
+  private actorNow(actor: Actor, roles: Map<string, Role>): Actor {
+    if (actor.kind !== 'person') return actor;
+    const role = roles.get(actor.userId.toLowerCase());
+    if (!role) throw forbidden(MEMBERS_FORBIDDEN);
+    return { ...actor, role };
+  }
+
+  /** The roles of these users in the workspace, by lower-case id (absent: not a member). */
+  private async roles(em: EntityManager, workspaceId: string, userIds: string[]): Promise<Map<string, Role>> {
+    if (userIds.length === 0) return new Map();
+    const rows = await em.execute<{ user_id: string; role: Role }[]>(
+      `select user_id, role from memberships where workspace_id = ? and user_id in (${userIds.map(() => '?').join(', ')})`,
+      [workspaceId, ...userIds],
     );
-    if (!rows[0]) throw forbidden(MEMBERS_FORBIDDEN);
-    return { ...actor, role: rows[0].role };
+    return new Map(rows.map((r) => [r.user_id, r.role]));
   }
 
   private async ownerCount(em: EntityManager, workspaceId: string): Promise<number> {
@@ -177,7 +190,7 @@ export class MembersService {
         userId,
       ]);
     });
-    const member = (await this.listMembers(workspaceId)).find((m) => m.userId === userId);
+    const member = (await this.listMembers(workspaceId)).find((m) => m.userId === userId.toLowerCase());
     if (!member) throw notFound('Member not found');
     return member;
   }
