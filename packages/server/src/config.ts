@@ -30,6 +30,14 @@ export const ConfigSchema = z.object({
   HOST: z.string().default('0.0.0.0'),
   DATA_DIR: z.string().default('./.data'),
   DATABASE_URL: optionalString,
+  /**
+   * Connections of each of the process's two database pools (the ORM's, and the plain pool of
+   * the streaming and metering hot paths). A process opens up to twice this, plus one listener.
+   */
+  DATABASE_POOL_MAX: intFromEnv(10).refine(
+    (n) => Number.isInteger(n) && n >= 1 && n <= 1000,
+    'expected an integer from 1 to 1000',
+  ),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   PUBLIC_BASE_URL: optionalString,
   /** Secret used to sign URLs and webhooks; derived and persisted under DATA_DIR when unset. */
@@ -80,6 +88,8 @@ export interface Config {
   host: string;
   dataDir: string;
   databaseUrl: string | undefined;
+  /** `DATABASE_POOL_MAX`: connections per pool (ORM and plain pool), 10 by default. */
+  databasePoolMax: number;
   logLevel: Env['LOG_LEVEL'];
   publicBaseUrl: string | undefined;
   signingSecret: string | undefined;
@@ -121,6 +131,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     // where the operator typed the command, so a relative DATA_DIR means the same to both.
     dataDir: path.resolve(env.INIT_CWD ?? '', e.DATA_DIR),
     databaseUrl: e.DATABASE_URL,
+    databasePoolMax: e.DATABASE_POOL_MAX,
     logLevel: e.LOG_LEVEL,
     publicBaseUrl: e.PUBLIC_BASE_URL,
     signingSecret: e.SIGNING_SECRET,

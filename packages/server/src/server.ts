@@ -62,6 +62,7 @@ export async function createServer(opts: CreateServerOptions = {}): Promise<AiSu
     databaseUrl: config.databaseUrl,
     dataDir: config.dataDir,
     embedded: opts.embedded,
+    poolMax: config.databasePoolMax,
   });
   em = () => db.orm.em.fork() as unknown as EntityManager;
   try {
