@@ -21,6 +21,12 @@ const intFromEnv = (fallback: number) =>
       return n;
     });
 
+const poolSize = (fallback: number) =>
+  intFromEnv(fallback).refine(
+    (n) => Number.isInteger(n) && n >= 1 && n <= 1000,
+    'expected an integer from 1 to 1000',
+  );
+
 /**
  * One validated view of the environment. Everything the server reads from `process.env`
  * goes through here, so a bad value fails at start with a clear message, not later.
@@ -30,14 +36,14 @@ export const ConfigSchema = z.object({
   HOST: z.string().default('0.0.0.0'),
   DATA_DIR: z.string().default('./.data'),
   DATABASE_URL: optionalString,
+  /** Connections of the ORM's pool (every route off the hot paths, the run engine's claims). */
+  DATABASE_POOL_MAX: poolSize(10),
   /**
-   * Connections of each of the process's two database pools (the ORM's, and the plain pool of
-   * the streaming and metering hot paths). A process opens up to twice this, plus one listener.
+   * Connections of the plain pool of the hot paths (`/chat`, app chat and agent turns, their
+   * metering, run events): one statement each, never held across statements. Five measured
+   * better than ten for agent turns on a 2-core host (decision 0021 §37).
    */
-  DATABASE_POOL_MAX: intFromEnv(10).refine(
-    (n) => Number.isInteger(n) && n >= 1 && n <= 1000,
-    'expected an integer from 1 to 1000',
-  ),
+  DATABASE_HOT_POOL_MAX: poolSize(5),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   PUBLIC_BASE_URL: optionalString,
   /** Secret used to sign URLs and webhooks; derived and persisted under DATA_DIR when unset. */
@@ -88,8 +94,10 @@ export interface Config {
   host: string;
   dataDir: string;
   databaseUrl: string | undefined;
-  /** `DATABASE_POOL_MAX`: connections per pool (ORM and plain pool), 10 by default. */
+  /** `DATABASE_POOL_MAX`: connections of the ORM's pool (10). */
   databasePoolMax: number;
+  /** `DATABASE_HOT_POOL_MAX`: connections of the hot paths' plain pool (5). */
+  databaseHotPoolMax: number;
   logLevel: Env['LOG_LEVEL'];
   publicBaseUrl: string | undefined;
   signingSecret: string | undefined;
@@ -132,6 +140,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     dataDir: path.resolve(env.INIT_CWD ?? '', e.DATA_DIR),
     databaseUrl: e.DATABASE_URL,
     databasePoolMax: e.DATABASE_POOL_MAX,
+    databaseHotPoolMax: e.DATABASE_HOT_POOL_MAX,
     logLevel: e.LOG_LEVEL,
     publicBaseUrl: e.PUBLIC_BASE_URL,
     signingSecret: e.SIGNING_SECRET,

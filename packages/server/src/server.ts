@@ -63,6 +63,7 @@ export async function createServer(opts: CreateServerOptions = {}): Promise<AiSu
     dataDir: config.dataDir,
     embedded: opts.embedded,
     poolMax: config.databasePoolMax,
+    hotPoolMax: config.databaseHotPoolMax,
   });
   em = () => db.orm.em.fork() as unknown as EntityManager;
   try {

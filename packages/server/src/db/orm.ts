@@ -48,7 +48,10 @@ export interface OpenDatabaseOptions {
    * know is refused instead.
    */
   migrate?: boolean;
+  /** Connections of the ORM's pool (default 10). */
   poolMax?: number;
+  /** Connections of the plain pool of the hot paths (`db/sql.ts`; default `poolMax`). */
+  hotPoolMax?: number;
   debug?: boolean;
   /**
    * Who opens the embedded database (default `server`). A server that finds the data
@@ -123,6 +126,7 @@ async function initOrm(
  */
 export async function openDatabase(opts: OpenDatabaseOptions): Promise<Database> {
   const poolMax = opts.poolMax ?? 10;
+  const hotPoolMax = opts.hotPoolMax ?? poolMax;
   const debug = opts.debug ?? process.env.ORM_DEBUG === '1';
   let orm: Orm;
   let owned: EmbeddedPostgres | undefined;
@@ -191,13 +195,13 @@ export async function openDatabase(opts: OpenDatabaseOptions): Promise<Database>
   }
   const sql = new SqlPool(
     'clientUrl' in connection
-      ? { connectionString: connection.clientUrl, max: poolMax }
+      ? { connectionString: connection.clientUrl, max: hotPoolMax }
       : {
           host: connection.host,
           port: connection.port,
           user: 'postgres',
           database: 'postgres',
-          max: poolMax,
+          max: hotPoolMax,
         },
     kind,
   );
