@@ -105,14 +105,15 @@ export class MembersService {
     }
   }
 
-  async listMembers(workspaceId: string): Promise<MemberDto[]> {
+  /** The workspace's members, or only the one with `userId` (a UUID, in any case). */
+  async listMembers(workspaceId: string, userId?: string): Promise<MemberDto[]> {
     const rows = await this.em.execute<
       { user_id: string; email: string; name: string | null; role: Role; created_at: Date }[]
     >(
       `select m.user_id, u.email, u.name, m.role, m.created_at
          from memberships m join users u on u.id = m.user_id
-        where m.workspace_id = ? order by m.created_at, u.email`,
-      [workspaceId],
+        where m.workspace_id = ?${userId ? ' and m.user_id = ?' : ''} order by m.created_at, u.email`,
+      userId ? [workspaceId, userId] : [workspaceId],
     );
     return rows.map((r) => ({
       userId: r.user_id,
@@ -190,7 +191,7 @@ export class MembersService {
         userId,
       ]);
     });
-    const member = (await this.listMembers(workspaceId)).find((m) => m.userId === userId.toLowerCase());
+    const [member] = await this.listMembers(workspaceId, userId);
     if (!member) throw notFound('Member not found');
     return member;
   }
