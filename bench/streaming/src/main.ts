@@ -10,7 +10,10 @@
  * request (the /proc times of every backend of the bench database, listed every 200 ms during
  * each phase; on PGlite the database runs in
  * the server process, inside its CPU) and database transactions per request
- * (`pg_stat_database` deltas). Upstream and server run in their own processes.
+ * (`pg_stat_database` deltas). Upstream and server run in their own processes. The fake
+ * upstream keeps its rate (`BENCH_PACE_SCHEDULE=rate`; `gaps` for the earlier sessions' fake)
+ * and reports how late its replies ended (p50/p99 of each phase's replies: its own share of
+ * the host's contention, charged to every path alike).
  *
  * `BENCH_ROUNDS=n` measures the c=50 phases n times, each round every path in turn, and
  * reports each figure's median over the rounds with the range of × direct (each round's
@@ -262,6 +265,24 @@ function parseEnvList(text: string | undefined): Record<string, string> | undefi
   return out;
 }
 
+/**
+ * The host's speed now: the fastest of three runs of a fixed loop in this process (ms, lower
+ * is faster), taken while nothing of the bench runs. The machine is a VM whose cores are
+ * shared with other tenants, and this loop has taken from 135 to 277 ms on it within one
+ * session, so a run's figures are read against it.
+ */
+function hostSpeedMs(): number {
+  let best = Number.POSITIVE_INFINITY;
+  for (let k = 0; k < 3; k++) {
+    const t0 = process.hrtime.bigint();
+    let x = 0;
+    for (let i = 0; i < 100_000_000; i++) x += i % 7;
+    const ms = Number(process.hrtime.bigint() - t0) / 1e6;
+    if (x > 0) best = Math.min(best, ms);
+  }
+  return best;
+}
+
 const median = (xs: number[]) => {
   const s = [...xs].sort((a, b) => a - b);
   const mid = Math.floor(s.length / 2);
@@ -397,10 +418,15 @@ async function main() {
   const rounds = Math.max(1, Number(process.env.BENCH_ROUNDS ?? 1) || 1);
   const compareEnv = parseEnvList(process.env.BENCH_COMPARE_ENV);
   const apiKey = `svc_ai_${'bench'.repeat(13)}0000`.slice(0, 71);
-  // The same paced fake upstream as bench/chat-overhead, 20 × 6 ms (about 120 ms per reply)
-  // unless BENCH_PACE_MS says otherwise.
+  // The same fake upstream as bench/chat-overhead, 20 chunks at one per 6 ms (about 120 ms per
+  // reply) unless BENCH_PACE_MS says otherwise, kept at that rate (`BENCH_PACE_SCHEDULE=rate`,
+  // the default here): it shares the host's cores with the paths measured, and with `gaps`
+  // (6 ms after each chunk written) its late timers piled up into every reply, more on the
+  // paths that load the host more (decision 0021 §39).
+  const paceSchedule = process.env.BENCH_PACE_SCHEDULE ?? 'rate';
   const upstream = await start('../../chat-overhead/src/upstream.ts', {
     BENCH_PACE_MS: process.env.BENCH_PACE_MS ?? '6',
+    BENCH_PACE_SCHEDULE: paceSchedule,
   });
   const upstreamPid = upstream.child.pid ?? 0;
   const subjects: Subject[] = [];
@@ -477,6 +503,7 @@ async function main() {
       const own0 = process.cpuUsage();
       const up0 = procCpuMs([upstreamPid]);
       const h0 = hostCpu();
+      await ask(upstream.child, 'late');
       const w0 = Date.now();
       // A failed request ends the bench with its error (the sampler stopped first, so that
       // error is the one reported).
@@ -486,6 +513,7 @@ async function main() {
       });
       const seconds = (Date.now() - w0) / 1000;
       const h1 = hostCpu();
+      const late = await ask<{ type: string; p50: number; p99: number }>(upstream.child, 'late');
       const own = process.cpuUsage(own0);
       const loadCpuMs = (own.user + own.system) / 1000 + procCpuMs([upstreamPid]) - up0;
       samples[`${label(p)} c=${c}${rounds > 1 ? ` round ${round}` : ''}`] = r.samples;
@@ -503,6 +531,8 @@ async function main() {
         ttfbP99: r.ttfbP99,
         totalP50: r.totalP50,
         totalP99: r.totalP99,
+        upstreamLateP50: late.p50,
+        upstreamLateP99: late.p99,
         serverCpuMs: p.subject ? (s1.cpuMicros - s0.cpuMicros) / 1000 / n : 0,
         dbCpuMs: dbCpu ? dbCpu.ms / n : Number.NaN,
         dbBackends: dbCpu?.backends ?? 0,
@@ -522,7 +552,9 @@ async function main() {
     // alternating from round to round (A B, then B A), so a drift of the machine's speed
     // during the run falls on both.
     for (const p of phasesOf(subjects)) await measure(p, 1, N1, 1, true);
+    const speeds: number[] = [];
     for (let round = 1; round <= rounds; round++) {
+      speeds.push(hostSpeedMs());
       const order = round % 2 === 1 ? subjects : [...subjects].reverse();
       for (const p of phasesOf(order)) await measure(p, 50, N50, round, round === 1);
     }
@@ -555,6 +587,8 @@ async function main() {
     const notes = [
       `${os.cpus().length} × ${os.cpus()[0]?.model ?? 'cpu'}, Node ${process.version}`,
       `database: ${serverDb ? 'PostgreSQL server' : 'embedded (PGlite)'}`,
+      `fake upstream paced by ${paceSchedule === 'rate' ? 'rate' : 'gaps'}`,
+      `host speed ${speeds.map((v) => v.toFixed(0)).join(' / ')} ms a round (a fixed loop, lower is faster)`,
       `load average ${os
         .loadavg()
         .map((l) => l.toFixed(1))
@@ -564,9 +598,9 @@ async function main() {
     ];
     console.log(`\n${notes.join('; ')}`);
     console.log(
-      '\n| path | c | first text p50 / p99 ms | added p50 / p99 ms | total p50 / p99 ms | req/s | × direct | server CPU ms/req | DB CPU ms/req | DB xacts/req | DB rows written/req | clients + upstream CPU ms/req | host CPU busy |',
+      '\n| path | c | first text p50 / p99 ms | added p50 / p99 ms | total p50 / p99 ms | upstream late p50 / p99 ms | req/s | × direct | server CPU ms/req | DB CPU ms/req | DB xacts/req | DB rows written/req | clients + upstream CPU ms/req | host CPU busy |',
     );
-    console.log('|---|---|---|---|---|---|---|---|---|---|---|---|---|');
+    console.log('|---|---|---|---|---|---|---|---|---|---|---|---|---|---|');
     const summary: Record<string, any>[] = [];
     for (const c of [1, 50]) {
       const names = [...new Set(results.filter((r) => r.concurrency === c).map((r) => r.path as string))];
@@ -584,6 +618,8 @@ async function main() {
           addedP99: m('addedP99'),
           totalP50: m('totalP50'),
           totalP99: m('totalP99'),
+          upstreamLateP50: m('upstreamLateP50'),
+          upstreamLateP99: m('upstreamLateP99'),
           rps: m('rps'),
           xDirect: median(xs),
           xDirectMin: Math.min(...xs),
@@ -599,7 +635,7 @@ async function main() {
         summary.push(row);
         const range = rs.length > 1 ? ` (${fmt(row.xDirectMin, 2)}–${fmt(row.xDirectMax, 2)})` : '';
         console.log(
-          `| ${name} | ${c} | ${fmt(row.ttfbP50)} / ${fmt(row.ttfbP99)} | ${fmt(row.addedP50)} / ${fmt(row.addedP99)} | ${fmt(row.totalP50)} / ${fmt(row.totalP99)} | ${fmt(row.rps, 0)} | ${fmt(row.xDirect, 2)}${range} | ${fmt(row.serverCpuMs, 2)} | ${fmt(row.dbCpuMs, 2)} | ${fmt(row.dbXactsPerRequest, 1)} | ${fmt(row.dbRowsPerRequest, 1)} | ${fmt(row.loadCpuMs, 2)} | ${fmt(row.hostBusyPct, 0)} % |`,
+          `| ${name} | ${c} | ${fmt(row.ttfbP50)} / ${fmt(row.ttfbP99)} | ${fmt(row.addedP50)} / ${fmt(row.addedP99)} | ${fmt(row.totalP50)} / ${fmt(row.totalP99)} | ${fmt(row.upstreamLateP50)} / ${fmt(row.upstreamLateP99)} | ${fmt(row.rps, 0)} | ${fmt(row.xDirect, 2)}${range} | ${fmt(row.serverCpuMs, 2)} | ${fmt(row.dbCpuMs, 2)} | ${fmt(row.dbXactsPerRequest, 1)} | ${fmt(row.dbRowsPerRequest, 1)} | ${fmt(row.loadCpuMs, 2)} | ${fmt(row.hostBusyPct, 0)} % |`,
         );
       }
     }
@@ -611,7 +647,7 @@ async function main() {
       if (t.length > 0) console.log(`- ${r.path}: ${t.map(([k, n]) => `${k} ${n}`).join(', ')}`);
     }
     if (process.env.BENCH_JSON)
-      fs.writeFileSync(process.env.BENCH_JSON, JSON.stringify({ summary, results }, null, 2));
+      fs.writeFileSync(process.env.BENCH_JSON, JSON.stringify({ summary, results, speeds }, null, 2));
     // Every measured request as [start ms into its phase, first text ms, total ms], per phase:
     // shows whether slow requests are spread out or come together (a phase's first wave).
     if (process.env.BENCH_SAMPLES) fs.writeFileSync(process.env.BENCH_SAMPLES, JSON.stringify(samples));

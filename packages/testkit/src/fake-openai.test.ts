@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { type FakeOpenAI, startFakeOpenAI } from './fake-openai.js';
+import { type FakeClock, type FakeOpenAI, startFakeOpenAI } from './fake-openai.js';
 
 let fake: FakeOpenAI;
 beforeAll(async () => {
@@ -99,5 +99,64 @@ describe('fake OpenAI upstream wire format', () => {
     const norm = Math.sqrt((r.data[0]?.embedding ?? []).reduce((s, v) => s + v * v, 0));
     expect(norm).toBeCloseTo(1, 6);
     expect(r.usage.prompt_tokens).toBe(3);
+  });
+
+  /** A clock the test moves by hand: sleepers wake only when `advance` passes their time. */
+  function manualClock() {
+    let t = 0;
+    const sleepers: { at: number; wake: () => void }[] = [];
+    const clock: FakeClock & { pending(): number; next(): number; advance(to: number): void } = {
+      now: () => t,
+      sleep: (ms) => new Promise<void>((wake) => sleepers.push({ at: t + ms, wake })),
+      pending: () => sleepers.length,
+      next: () => Math.min(...sleepers.map((s) => s.at)),
+      advance(to) {
+        t = to;
+        for (const s of sleepers.filter((x) => x.at <= t)) {
+          sleepers.splice(sleepers.indexOf(s), 1);
+          s.wake();
+        }
+      },
+    };
+    return clock;
+  }
+
+  it.each([
+    // The first chunk's timer fires at 35 instead of 10 (the process waited for a core).
+    // 'rate': chunks 2 and 3 (due at 20 and 30) go out at once, chunk 4 at 40: on time.
+    // 'gaps': every chunk after it is 10 later than the one before: 45, 55, 65.
+    ['rate', 0],
+    ['gaps', 25],
+  ] as const)('paces with %s: a late timer leaves the last chunk %i ms late', async (schedule, late) => {
+    const clock = manualClock();
+    const streamed: number[] = [];
+    const paced = await startFakeOpenAI({ clock, onStreamed: (r) => streamed.push(r.lateMs ?? -1) });
+    try {
+      paced.script({ text: ['a', 'b', 'c', 'd'], paceMs: 10, paceSchedule: schedule });
+      const body = fetch(`${paced.url}/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'm', stream: true, messages: [] }),
+      }).then((r) => r.text());
+      let done = false;
+      void body.then(() => {
+        done = true;
+      });
+      const settle = async () => {
+        while (!done && clock.pending() === 0) await new Promise((r) => setImmediate(r));
+      };
+      await settle();
+      clock.advance(35);
+      for (await settle(); !done; await settle()) clock.advance(clock.next());
+      const text = frames(await body)
+        .slice(0, -1)
+        .map((f) => JSON.parse(f).choices[0]?.delta?.content ?? '')
+        .join('');
+      expect(text).toBe('abcd');
+      expect(paced.requests[0]?.lateMs).toBe(late);
+      expect(streamed).toEqual([late]);
+    } finally {
+      await paced.close();
+    }
   });
 });

@@ -38,6 +38,14 @@ export interface FakeChatReply {
   usage?: { prompt_tokens: number; completion_tokens: number } | false | 'auto';
   /** Delay between streamed chunks, ms. */
   paceMs?: number;
+  /**
+   * How `paceMs` is kept. `'gaps'` (default): each chunk `paceMs` after the previous one was
+   * written, so a timer that fires late (this process waiting for a core) delays every chunk
+   * after it. `'rate'`: chunk i is due `paceMs × (i + 1)` after the first content chunk's
+   * turn, as a provider generating at its own rate; a late chunk does not delay the next ones
+   * (they go out as soon as they are due).
+   */
+  paceSchedule?: 'gaps' | 'rate';
   /** Delay before the response headers (first byte), ms. */
   delayMs?: number;
   /**
@@ -78,6 +86,11 @@ export interface RecordedRequest {
   completed: boolean;
   /** Content chunks written to this request (streaming). */
   chunksSent: number;
+  /**
+   * A paced streamed reply, once complete: how much later its last content chunk was written
+   * than `paceMs × chunks` after the content began (ms): the fake's own delay.
+   */
+  lateMs?: number;
 }
 
 export interface FakeOpenAIOptions {
@@ -88,6 +101,17 @@ export interface FakeOpenAIOptions {
   /** Required bearer token; requests with another answer 401 (default: any). */
   apiKey?: string;
   port?: number;
+  /** Called when a streamed reply has been written in full (after `lateMs` is set). */
+  onStreamed?: (rec: RecordedRequest) => void;
+  /** The clock pacing uses (default: `performance.now()` and `setTimeout`); tests drive their own. */
+  clock?: FakeClock;
+}
+
+/** What pacing reads the time from and waits on. */
+export interface FakeClock {
+  /** Milliseconds from any fixed origin. */
+  now(): number;
+  sleep(ms: number): Promise<void>;
 }
 
 export interface FakeOpenAI {
@@ -163,7 +187,8 @@ function breakConnection(res: http.ServerResponse) {
   else res.destroy();
 }
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+const realClock: FakeClock = { now: () => performance.now(), sleep };
 
 export async function startFakeOpenAI(opts: FakeOpenAIOptions = {}): Promise<FakeOpenAI> {
   const chatScript: (FakeChatReply | ((body: any) => FakeChatReply))[] = [];
@@ -171,6 +196,7 @@ export async function startFakeOpenAI(opts: FakeOpenAIOptions = {}): Promise<Fak
   const requests: RecordedRequest[] = [];
   const waiters: { n: number; resolve: () => void }[] = [];
   const dims = opts.embeddingDimensions ?? 64;
+  const clock = opts.clock ?? realClock;
   const sockets = new Set<import('node:net').Socket>();
 
   const chatCount = () => requests.filter((r) => r.path.endsWith('/chat/completions')).length;
@@ -284,18 +310,24 @@ export async function startFakeOpenAI(opts: FakeOpenAIOptions = {}): Promise<Fak
     res.write(delta({ role: 'assistant', content: '' }));
     if (reply.waitFor) await reply.waitFor;
     let sent = 0;
+    const paceMs = reply.paceMs ?? 0;
+    const contentFrom = clock.now();
     for (const c of chunks) {
       if (rec.aborted) return;
       if (reply.failAfterChunks !== undefined && sent >= reply.failAfterChunks) {
         breakConnection(res);
         return;
       }
-      if (reply.paceMs) await sleep(reply.paceMs);
+      if (paceMs > 0) {
+        const wait = reply.paceSchedule === 'rate' ? contentFrom + paceMs * (sent + 1) - clock.now() : paceMs;
+        if (wait > 0) await clock.sleep(wait);
+      }
       if (rec.aborted) return;
       res.write(delta({ content: c }));
       sent++;
       rec.chunksSent = sent;
     }
+    if (paceMs > 0 && sent > 0) rec.lateMs = clock.now() - contentFrom - paceMs * sent;
     if (reply.failAfterChunks !== undefined && sent >= reply.failAfterChunks) {
       breakConnection(res);
       return;
@@ -318,6 +350,7 @@ export async function startFakeOpenAI(opts: FakeOpenAIOptions = {}): Promise<Fak
     if (body.stream_options?.include_usage && usageBody) res.write(frame([], { usage: usageBody }));
     res.end('data: [DONE]\n\n');
     rec.completed = true;
+    opts.onStreamed?.(rec);
   }
 
   async function handleEmbeddings(req: http.IncomingMessage, res: http.ServerResponse, rec: RecordedRequest) {
