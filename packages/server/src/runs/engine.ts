@@ -188,6 +188,11 @@ export class RunEngine {
     let last = afterSeq;
     let dirty = false;
     let notify: (() => void) | undefined;
+    // Ends the current wait, whichever it is: one abort listener for the whole stream, not one
+    // per wait (a wait comes between every two events a turn streams).
+    let stopWait: (() => void) | undefined;
+    const onAbort = () => stopWait?.();
+    signal?.addEventListener('abort', onAbort, { once: true });
     const off = this.opts.bus.onEvent(runId, () => {
       dirty = true;
       notify?.();
@@ -203,7 +208,18 @@ export class RunEngine {
             if (isTerminalEvent(e.type)) return;
           }
           if (events.length > 0 || live.ended) continue;
-          await live.wait(this.pollMs, signal);
+          // The next event here (or the end), or the poll interval, or the reader gone.
+          await new Promise<void>((resolve) => {
+            const done = () => {
+              clearTimeout(timer);
+              live.unwait(done);
+              stopWait = undefined;
+              resolve();
+            };
+            const timer = setTimeout(done, this.pollMs);
+            live.onNext(done);
+            stopWait = done;
+          });
           continue;
         }
         dirty = false;
@@ -226,17 +242,18 @@ export class RunEngine {
         await new Promise<void>((resolve) => {
           const done = () => {
             clearTimeout(timer);
-            signal?.removeEventListener('abort', done);
             notify = undefined;
+            stopWait = undefined;
             resolve();
           };
           const timer = setTimeout(done, this.pollMs);
-          signal?.addEventListener('abort', done, { once: true });
           notify = done;
+          stopWait = done;
         });
       }
     } finally {
       off();
+      signal?.removeEventListener('abort', onAbort);
     }
   }
 

@@ -119,19 +119,14 @@ export class LiveLog {
     this.wake();
   }
 
-  /** Resolves on the next event (or end), or after `ms`, or when `signal` aborts. */
-  wait(ms: number, signal?: AbortSignal): Promise<void> {
-    return new Promise((resolve) => {
-      const done = () => {
-        clearTimeout(timer);
-        signal?.removeEventListener('abort', done);
-        this.waiters.delete(done);
-        resolve();
-      };
-      const timer = setTimeout(done, ms);
-      signal?.addEventListener('abort', done, { once: true });
-      this.waiters.add(done);
-    });
+  /** Calls `fn` once, on the next event readers may see (or the end). */
+  onNext(fn: () => void): void {
+    this.waiters.add(fn);
+  }
+
+  /** Forgets a `fn` given to `onNext` that is no longer waiting. */
+  unwait(fn: () => void): void {
+    this.waiters.delete(fn);
   }
 
   private wake(): void {

@@ -30,9 +30,17 @@ export function deepMerge<T>(base: T, patch: unknown): T {
   return out as T;
 }
 
+/** A copy of JSON data (plain objects, arrays, scalars): cheaper than `structuredClone`. */
+const cloneJson = <T>(v: T): T =>
+  (Array.isArray(v)
+    ? v.map(cloneJson)
+    : isPlainObject(v)
+      ? Object.fromEntries(Object.entries(v).map(([k, x]) => [k, cloneJson(x)]))
+      : v) as T;
+
 /** The effective config of an agent: defaults, then what is stored. */
 export function effectiveConfig(stored: unknown): AgentConfig {
-  return deepMerge(structuredClone(AGENT_CONFIG_DEFAULTS), stored ?? {});
+  return deepMerge(cloneJson(AGENT_CONFIG_DEFAULTS), stored ?? {});
 }
 
 /** The HMAC key of an agent's callback requests, derived so nothing secret is stored twice. */

@@ -27,11 +27,17 @@ type TurnRequest = IncomingMessage & { requestId?: string; principal?: Principal
 async function pipeRun(deps: ServerDeps, res: ServerResponse, run: RunRecord, afterSeq: number) {
   const sse = new SseWriter(res, { heartbeatMs: heartbeatMs(deps) });
   const stop = new AbortController();
-  res.on('close', () => stop.abort());
+  // Only a client that leaves before the end stops the reader: an abort costs an exception
+  // object and its listeners, which a stream that ended (every turn) does not need.
+  let ended = false;
+  res.on('close', () => {
+    if (!ended) stop.abort();
+  });
   try {
     for await (const ev of deps.runs.stream(run.id, afterSeq, stop.signal)) {
       sse.sendJson({ ...ev.payload, type: ev.type }, ev.seq);
     }
+    ended = true;
     sse.end();
   } catch (err) {
     deps.log.error({ err, runId: run.id }, 'agent stream failed');
