@@ -193,6 +193,10 @@ describe('members and roles', () => {
       userId: m.userId,
       role: 'admin',
     });
+    // Removing answers with the id as stored too, not as the path spelled it.
+    const removed = await remove(owner.token, m.userId.toUpperCase());
+    expect(removed.status).toBe(200);
+    expect(await removed.json()).toEqual({ removed: true, userId: m.userId });
   });
 
   it('removes members (their sessions lose the workspace) and lets anyone leave', async () => {

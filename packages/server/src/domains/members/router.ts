@@ -117,7 +117,8 @@ export const membersRouter = router({
     .output(z.object({ removed: z.literal(true), userId: z.string() }))
     .mutation(async ({ ctx, input }) => {
       await ctx.members.removeMember(ctx.actor, ctx.principal.workspaceId, input.userId);
-      return { removed: true as const, userId: input.userId };
+      // The id as stored (UUIDs in lower case), whatever the case the path used.
+      return { removed: true as const, userId: input.userId.toLowerCase() };
     }),
 
   invite: inWorkspace
