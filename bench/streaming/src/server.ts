@@ -37,10 +37,13 @@ process.on('message', async (msg: { type: string }) => {
     const pids = await em.execute<{ pid: number }[]>(
       'select pid from pg_stat_activity where datname = current_database() and pid <> pg_backend_pid()',
     );
-    // Rows written, per table (inserted + updated + deleted).
-    const tables = await em.execute<{ relname: string; n: string }[]>(
-      'select relname, n_tup_ins + n_tup_upd + n_tup_del as n from pg_stat_user_tables',
-    );
+    // Rows written, per table (inserted + updated + deleted): on the PostgreSQL server only
+    // (PGlite flushes these counters at its own pace; the bench does not read them there).
+    const tables = process.env.DATABASE_URL
+      ? await em.execute<{ relname: string; n: string }[]>(
+          'select relname, n_tup_ins + n_tup_upd + n_tup_del as n from pg_stat_user_tables',
+        )
+      : [];
     process.send?.({
       type: 'db',
       xacts: Number(x[0]?.n ?? 0),
