@@ -334,9 +334,14 @@ export class RagService {
     return mode;
   }
 
+  /**
+   * The HNSW index of `dims`, made before the first chunks of that dimension are stored, only
+   * where the vector stage queries it (`vectorMode()` is `pgvector`). With the in-process index
+   * (`RAG_VECTOR_INDEX=memory`) nothing reads it, and keeping it up to date was most of the cost
+   * of indexing a document on PGlite, growing with the table (decision 0038).
+   */
   private async ensureHnsw(dims: number): Promise<void> {
-    if ((await this.databaseVectorMode()) !== 'pgvector' || dims > HNSW_MAX_DIMS || !Number.isInteger(dims))
-      return;
+    if ((await this.vectorMode()) !== 'pgvector' || dims > HNSW_MAX_DIMS || !Number.isInteger(dims)) return;
     let map = hnswIndexes.get(this.deps.db);
     if (!map) {
       map = new Map();

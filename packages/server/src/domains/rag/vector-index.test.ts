@@ -117,6 +117,21 @@ describe('in-process vector index', () => {
     expect(await rag.vectorMode()).toBe('memory');
   });
 
+  it('stores chunks without making an HNSW index, which nothing would query (decision 0038)', async () => {
+    // Keeping one up to date was most of an indexing batch's work on PGlite, growing with the
+    // table. (The PostgreSQL server of CI has no pgvector: no index there either way.)
+    const indexes = await ts.server.deps
+      .em()
+      .execute<{ name: string }[]>(
+        `select indexname as name from pg_indexes where tablename = 'rag_chunks' and indexname like 'rag_chunks_hnsw_%'`,
+      );
+    expect(indexes).toEqual([]);
+    const chunks = await ts.server.deps
+      .em()
+      .execute<{ n: number }[]>('select count(*)::int as n from rag_chunks where embedding is not null');
+    expect(chunks[0]?.n).toBeGreaterThan(0);
+  });
+
   it('gives the same top 10 as an exact search in JavaScript and in SQL, on a fixed corpus', async () => {
     for (const q of QUESTIONS) {
       const v = await embed(q);
