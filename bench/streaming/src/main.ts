@@ -13,7 +13,8 @@
  * (`pg_stat_database` deltas). Upstream and server run in their own processes. The fake
  * upstream keeps its rate (`BENCH_PACE_SCHEDULE=rate`; `gaps` for the earlier sessions' fake)
  * and reports how late its replies ended (p50/p99 of each phase's replies: its own share of
- * the host's contention, charged to every path alike).
+ * the host's contention, charged to every path alike). `BENCH_COMPARE_PACE=gaps|rate` gives
+ * B a second fake upstream paced the other way, with its own direct baseline (`direct [B]`).
  *
  * `BENCH_ROUNDS=n` measures the c=50 phases n times, each round every path in turn, and
  * reports each figure's median over the rounds with the range of × direct (each round's
@@ -428,7 +429,16 @@ async function main() {
     BENCH_PACE_MS: process.env.BENCH_PACE_MS ?? '6',
     BENCH_PACE_SCHEDULE: paceSchedule,
   });
-  const upstreamPid = upstream.child.pid ?? 0;
+  // `BENCH_COMPARE_PACE=gaps|rate`: B's server talks to a second fake upstream paced the
+  // other way, and direct is measured on both (`direct [B]` is B's baseline).
+  const comparePace = process.env.BENCH_COMPARE_PACE?.trim() || undefined;
+  const upstreamB = comparePace
+    ? await start('../../chat-overhead/src/upstream.ts', {
+        BENCH_PACE_MS: process.env.BENCH_PACE_MS ?? '6',
+        BENCH_PACE_SCHEDULE: comparePace,
+      })
+    : undefined;
+  const upstreamPids = [upstream.child.pid ?? 0, upstreamB?.child.pid ?? 0].filter((p) => p > 0);
   const subjects: Subject[] = [];
   try {
     const args = (v: string | undefined) => v?.split(' ').filter(Boolean) ?? [];
@@ -443,6 +453,7 @@ async function main() {
       compareDist && `the server of ${compareDist}`,
       compareArgs.length > 0 && `node ${compareArgs.join(' ')}`,
       compareCpus && `the server pinned to CPUs ${compareCpus}`,
+      comparePace && `a fake upstream paced by ${comparePace}`,
     ].filter(Boolean);
     subjects.push(
       await startSubject(compared.length > 0 ? 'A' : '', serverDb, upstream.url, apiKey, {}, baseArgs, cpus),
@@ -453,7 +464,7 @@ async function main() {
         await startSubject(
           'B',
           serverDb,
-          upstream.url,
+          (upstreamB ?? upstream).url,
           apiKey,
           env,
           [...baseArgs, ...compareArgs],
@@ -470,11 +481,22 @@ async function main() {
       }),
       firstText: /"content":"[^"]/,
     };
+    const directB: Target | undefined = upstreamB && {
+      ...direct,
+      name: 'direct [B]',
+      request: () => ({ ...direct.request(0), url: new URL(`${upstreamB.url}/chat/completions`) }),
+    };
+    /** The fake upstream a phase talks to. */
+    const upstreamOf = (p: { target: Target; subject: Subject | undefined }) =>
+      upstreamB && (p.target === directB || p.subject?.label === 'B') ? upstreamB : upstream;
+    /** A phase's baseline: direct on the same fake upstream. */
+    const directName = (path: string) => (upstreamB && path.endsWith(' [B]') ? 'direct [B]' : 'direct');
     const want = (name: string) => !ONLY || ONLY.includes(name);
     // Every measured phase: a path on one subject (direct on none) at one concurrency.
     type Phase = { target: Target; subject: Subject | undefined };
     const phasesOf = (order: Subject[]): Phase[] => {
       const out: Phase[] = want('direct') ? [{ target: direct, subject: undefined }] : [];
+      if (directB && want('direct')) out.push({ target: directB, subject: undefined });
       for (let i = 0; i < subjects[0]!.targets.length; i++) {
         for (const subject of order) {
           const target = subject.targets[i]!;
@@ -501,9 +523,10 @@ async function main() {
       const s0 = await ask<{ type: string; cpuMicros: number }>(s.server.child, 'stats');
       // The load's own side: this process (the clients) and the fake upstream.
       const own0 = process.cpuUsage();
-      const up0 = procCpuMs([upstreamPid]);
+      const up0 = procCpuMs(upstreamPids);
       const h0 = hostCpu();
-      await ask(upstream.child, 'late');
+      const up = upstreamOf(p);
+      await ask(up.child, 'late');
       const w0 = Date.now();
       // A failed request ends the bench with its error (the sampler stopped first, so that
       // error is the one reported).
@@ -513,9 +536,9 @@ async function main() {
       });
       const seconds = (Date.now() - w0) / 1000;
       const h1 = hostCpu();
-      const late = await ask<{ type: string; p50: number; p99: number }>(upstream.child, 'late');
+      const late = await ask<{ type: string; p50: number; p99: number }>(up.child, 'late');
       const own = process.cpuUsage(own0);
-      const loadCpuMs = (own.user + own.system) / 1000 + procCpuMs([upstreamPid]) - up0;
+      const loadCpuMs = (own.user + own.system) / 1000 + procCpuMs(upstreamPids) - up0;
       samples[`${label(p)} c=${c}${rounds > 1 ? ` round ${round}` : ''}`] = r.samples;
       const s1 = await ask<{ type: string; cpuMicros: number }>(s.server.child, 'stats');
       const dbCpu = await backendCpu?.stop();
@@ -578,7 +601,7 @@ async function main() {
     // Each phase against direct in the same round.
     for (const r of results) {
       const d = results.find(
-        (x) => x.path === 'direct' && x.concurrency === r.concurrency && x.round === r.round,
+        (x) => x.path === directName(r.path) && x.concurrency === r.concurrency && x.round === r.round,
       );
       r.xDirect = d ? r.rps / d.rps : Number.NaN;
       r.addedP50 = r.ttfbP50 - (d?.ttfbP50 ?? 0);
@@ -655,6 +678,7 @@ async function main() {
     agent.destroy();
     for (const s of subjects) await s.stop();
     upstream.child.disconnect();
+    upstreamB?.child.disconnect();
   }
 }
 
