@@ -1,6 +1,7 @@
 /**
  * Where the time of an indexing batch goes as the chunk table grows (bench/README.md, `rag`,
- * "Indexing cost per chunk as the table grows"; decision 0038), in one command:
+ * "Indexing cost per chunk: the HNSW index, not GIN or `rag_lexeme_df`"; decision 0038), in one
+ * command:
  *
  *   pnpm --filter @ai-suite/bench-rag exec tsx src/ingest-statements.ts
  *
