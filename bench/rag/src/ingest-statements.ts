@@ -29,6 +29,7 @@ import { createServerDatabase, createTestWorkspace, type TestServer } from '@ai-
 import { type Chunk, Chunker } from '../../../packages/server/src/domains/rag/chunk.js';
 import { extractSegments } from '../../../packages/server/src/domains/rag/extract.js';
 import { EMBED_BATCH, RagService } from '../../../packages/server/src/domains/rag/service.js';
+import { CSV_HEADER, csvRow, prng, word } from './generate.js';
 
 const env = process.env;
 const DATABASES = (env.BENCH_DATABASES ?? 'embedded,postgres').split(',');
@@ -39,36 +40,13 @@ const DIMS = 64;
 /** 0: no HNSW index (as the service stores chunks with `RAG_VECTOR_INDEX=memory` or without pgvector). */
 const HNSW = env.BENCH_HNSW !== '0';
 
-function prng(seed: number) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 const rand = prng(14);
-const pick = <T>(xs: readonly T[]) => xs[Math.floor(rand() * xs.length)] as T;
-const SYLLABLES = 'ka lo mi ne ru sa ta vo de fi gu ha jo ke li mo na pe ri so tu ve wa ze bo'.split(' ');
-function word(): string {
-  const n = 2 + Math.floor(rand() * 3);
-  let w = '';
-  for (let i = 0; i < n; i++) w += pick(SYLLABLES);
-  return w;
-}
-const COMMON = Array.from({ length: 2000 }, word);
-const PRODUCTS = ['tent', 'stove', 'lantern', 'backpack', 'sleeping bag', 'jacket', 'boots', 'map case'];
-const REGIONS = ['north', 'south', 'east', 'west', 'alpine', 'coastal'];
+const COMMON = Array.from({ length: 2000 }, () => word(rand));
 
 /** The chunks of a CSV of `rows` rows shaped like the bench's (main.ts, `writeCsv`), from row `first`. */
 async function csvChunks(first: number, rows: number): Promise<Chunk[]> {
-  let text = 'id,sku,region,product,description\n';
-  for (let r = first; r < first + rows; r++) {
-    const desc = Array.from({ length: 14 }, () => pick(COMMON)).join(' ');
-    text += `${r},SKU-${(r * 7919) % 100000},${pick(REGIONS)},${pick(PRODUCTS)},"${desc}, rated for ${r % 40} degrees"\n`;
-  }
+  let text = CSV_HEADER;
+  for (let r = first; r < first + rows; r++) text += csvRow(r, rand, COMMON);
   const chunker = new Chunker();
   const out: Chunk[] = [];
   for await (const seg of extractSegments('csv', Readable.from([Buffer.from(text)])))

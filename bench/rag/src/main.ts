@@ -63,6 +63,7 @@ import {
   rankFullTextSql,
   STAGE_CANDIDATES,
 } from '../../../packages/server/src/domains/rag/service.js';
+import { CSV_HEADER, csvRow, word as genWord, prng } from './generate.js';
 
 const env = process.env;
 const DATABASES = (env.BENCH_DATABASES ?? 'embedded,postgres').split(',');
@@ -98,28 +99,12 @@ const ms = (n: number) => n.toFixed(1);
 
 // ---------- deterministic generators ----------
 
-function prng(seed: number) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 /** Reseeded at the start of each section, so a section's data does not depend on the sections run before it. */
 let rand = prng(14);
 const pick = <T>(xs: readonly T[]) => xs[Math.floor(rand() * xs.length)] as T;
 const gauss = () => Math.sqrt(-2 * Math.log(rand() || 1e-12)) * Math.cos(2 * Math.PI * rand());
 
-const SYLLABLES = 'ka lo mi ne ru sa ta vo de fi gu ha jo ke li mo na pe ri so tu ve wa ze bo'.split(' ');
-function word(): string {
-  const n = 2 + Math.floor(rand() * 3);
-  let w = '';
-  for (let i = 0; i < n; i++) w += pick(SYLLABLES);
-  return w;
-}
+const word = () => genWord(rand);
 const COMMON = Array.from({ length: 2000 }, word);
 const TOPICS = 500;
 const TOPIC_WORDS = Array.from({ length: TOPICS }, () => Array.from({ length: 30 }, word));
@@ -194,9 +179,6 @@ interface Ctx {
 
 // ---------- ingest ----------
 
-const PRODUCTS = ['tent', 'stove', 'lantern', 'backpack', 'sleeping bag', 'jacket', 'boots', 'map case'];
-const REGIONS = ['north', 'south', 'east', 'west', 'alpine', 'coastal'];
-
 /**
  * A CSV of about `mb` megabytes (whole rows only, never more than `maxBytes`, so a file meant
  * to sit under the upload limit is not cut inside a quoted field), streamed to disk (never in
@@ -204,16 +186,14 @@ const REGIONS = ['north', 'south', 'east', 'west', 'alpine', 'coastal'];
  */
 async function writeCsv(file: string, mb: number, maxBytes = Number.POSITIVE_INFINITY): Promise<number> {
   const out = fs.createWriteStream(file);
-  const header = 'id,sku,region,product,description\n';
-  out.write(header);
-  let bytes = Buffer.byteLength(header);
+  out.write(CSV_HEADER);
+  let bytes = Buffer.byteLength(CSV_HEADER);
   let rows = 0;
   let full = false;
   while (bytes < mb * MB && !full) {
     let block = '';
     for (let i = 0; i < 1000; i++) {
-      const desc = Array.from({ length: 14 }, () => pick(COMMON)).join(' ');
-      const row = `${rows + 1},SKU-${((rows + 1) * 7919) % 100000},${pick(REGIONS)},${pick(PRODUCTS)},"${desc}, rated for ${(rows + 1) % 40} degrees"\n`;
+      const row = csvRow(rows + 1, rand, COMMON);
       const len = Buffer.byteLength(row);
       if (bytes + len > maxBytes) {
         full = true;

@@ -269,7 +269,7 @@ function parseEnvList(text: string | undefined): Record<string, string> | undefi
 /**
  * The host's speed now: the fastest of three runs of a fixed loop in this process (ms, lower
  * is faster), taken while nothing of the bench runs. The machine is a VM whose cores are
- * shared with other tenants, and this loop has taken from 135 to 277 ms on it within one
+ * shared with other tenants, and this loop has taken from 135 to 344 ms on it within one
  * session, so a run's figures are read against it.
  */
 function hostSpeedMs(): number {
@@ -425,19 +425,16 @@ async function main() {
   // (6 ms after each chunk written) its late timers piled up into every reply, more on the
   // paths that load the host more (decision 0021 §39).
   const paceSchedule = process.env.BENCH_PACE_SCHEDULE ?? 'rate';
-  const upstream = await start('../../chat-overhead/src/upstream.ts', {
-    BENCH_PACE_MS: process.env.BENCH_PACE_MS ?? '6',
-    BENCH_PACE_SCHEDULE: paceSchedule,
-  });
+  const startUpstream = (schedule: string) =>
+    start('../../chat-overhead/src/upstream.ts', {
+      BENCH_PACE_MS: process.env.BENCH_PACE_MS ?? '6',
+      BENCH_PACE_SCHEDULE: schedule,
+    });
+  const upstream = await startUpstream(paceSchedule);
   // `BENCH_COMPARE_PACE=gaps|rate`: B's server talks to a second fake upstream paced the
   // other way, and direct is measured on both (`direct [B]` is B's baseline).
   const comparePace = process.env.BENCH_COMPARE_PACE?.trim() || undefined;
-  const upstreamB = comparePace
-    ? await start('../../chat-overhead/src/upstream.ts', {
-        BENCH_PACE_MS: process.env.BENCH_PACE_MS ?? '6',
-        BENCH_PACE_SCHEDULE: comparePace,
-      })
-    : undefined;
+  const upstreamB = comparePace ? await startUpstream(comparePace) : undefined;
   const upstreamPids = [upstream.child.pid ?? 0, upstreamB?.child.pid ?? 0].filter((p) => p > 0);
   const subjects: Subject[] = [];
   try {

@@ -187,16 +187,36 @@ export class RunEngine {
   async *stream(runId: string, afterSeq = 0, signal?: AbortSignal): AsyncGenerator<RunEvent> {
     let last = afterSeq;
     let dirty = false;
+    /** Ends a wait on the database when a notification about this run arrives. */
     let notify: (() => void) | undefined;
-    // Ends the current wait, whichever it is: one abort listener for the whole stream, not one
-    // per wait (a wait comes between every two events a turn streams).
+    /** Ends the current wait, whichever it is. */
     let stopWait: (() => void) | undefined;
+    // One abort listener for the whole stream, not one per wait (a wait comes between every
+    // two events a turn streams).
     const onAbort = () => stopWait?.();
     signal?.addEventListener('abort', onAbort, { once: true });
     const off = this.opts.bus.onEvent(runId, () => {
       dirty = true;
       notify?.();
     });
+    /**
+     * Until the next event in `live` (or its end), or a notification when waiting on the
+     * database (no `live`), or the poll interval, or the reader leaving.
+     */
+    const pause = (live?: LiveLog) =>
+      new Promise<void>((resolve) => {
+        const done = () => {
+          clearTimeout(timer);
+          live?.unwait(done);
+          notify = undefined;
+          stopWait = undefined;
+          resolve();
+        };
+        const timer = setTimeout(done, this.pollMs);
+        if (live) live.onNext(done);
+        else notify = done;
+        stopWait = done;
+      });
     try {
       while (!signal?.aborted) {
         const live = this.logs.get(runId);
@@ -208,18 +228,7 @@ export class RunEngine {
             if (isTerminalEvent(e.type)) return;
           }
           if (events.length > 0 || live.ended) continue;
-          // The next event here (or the end), or the poll interval, or the reader gone.
-          await new Promise<void>((resolve) => {
-            const done = () => {
-              clearTimeout(timer);
-              live.unwait(done);
-              stopWait = undefined;
-              resolve();
-            };
-            const timer = setTimeout(done, this.pollMs);
-            live.onNext(done);
-            stopWait = done;
-          });
+          await pause(live);
           continue;
         }
         dirty = false;
@@ -239,17 +248,7 @@ export class RunEngine {
           yield behind;
           return;
         }
-        await new Promise<void>((resolve) => {
-          const done = () => {
-            clearTimeout(timer);
-            notify = undefined;
-            stopWait = undefined;
-            resolve();
-          };
-          const timer = setTimeout(done, this.pollMs);
-          notify = done;
-          stopWait = done;
-        });
+        await pause();
       }
     } finally {
       off();
