@@ -23,24 +23,40 @@ describe('DATABASE_POOL_MAX and DATABASE_HOT_POOL_MAX', () => {
     expect(() => loadConfig({ [name]: 'ten' })).toThrow(`${name}: expected a number, got "ten"`);
   });
 
+  it('pipeline the hot paths by default, and take on or off (decision 0021 §40)', () => {
+    expect(loadConfig({})).toMatchObject({ databaseHotPoolPipeline: true });
+    expect(loadConfig({ DATABASE_HOT_POOL_PIPELINE: ' ' })).toMatchObject({ databaseHotPoolPipeline: true });
+    expect(loadConfig({ DATABASE_HOT_POOL_PIPELINE: 'on' })).toMatchObject({ databaseHotPoolPipeline: true });
+    expect(loadConfig({ DATABASE_HOT_POOL_PIPELINE: 'off' })).toMatchObject({
+      databaseHotPoolPipeline: false,
+    });
+    expect(() => loadConfig({ DATABASE_HOT_POOL_PIPELINE: 'yes' })).toThrow(
+      'DATABASE_HOT_POOL_PIPELINE: expected "on" or "off", got "yes"',
+    );
+  });
+
   // PGlite serves every connection from one session, so only the server tells connections apart.
   it.skipIf(!process.env.DATABASE_URL)(
     'bounds each pool of a server to its number of PostgreSQL connections under a burst',
     async () => {
-      const ts = await startTestServer({ env: { DATABASE_POOL_MAX: '3', DATABASE_HOT_POOL_MAX: '2' } });
-      try {
-        const burst = 12;
-        const sleepy = 'select pg_backend_pid() as pid from pg_sleep(0.05)';
-        const plain = await Promise.all(
-          Array.from({ length: burst }, () => ts.server.deps.db.sql.execute<{ pid: number }[]>(sleepy)),
-        );
-        expect(new Set(plain.map((r) => r[0]?.pid)).size).toBe(2);
-        const orm = await Promise.all(
-          Array.from({ length: burst }, () => ts.server.deps.em().execute<{ pid: number }[]>(sleepy)),
-        );
-        expect(new Set(orm.map((r) => r[0]?.pid)).size).toBe(3);
-      } finally {
-        await ts.close();
+      for (const pipeline of ['on', 'off']) {
+        const ts = await startTestServer({
+          env: { DATABASE_POOL_MAX: '3', DATABASE_HOT_POOL_MAX: '2', DATABASE_HOT_POOL_PIPELINE: pipeline },
+        });
+        try {
+          const burst = 12;
+          const sleepy = 'select pg_backend_pid() as pid from pg_sleep(0.05)';
+          const plain = await Promise.all(
+            Array.from({ length: burst }, () => ts.server.deps.db.sql.execute<{ pid: number }[]>(sleepy)),
+          );
+          expect(new Set(plain.map((r) => r[0]?.pid)).size).toBe(2);
+          const orm = await Promise.all(
+            Array.from({ length: burst }, () => ts.server.deps.em().execute<{ pid: number }[]>(sleepy)),
+          );
+          expect(new Set(orm.map((r) => r[0]?.pid)).size).toBe(3);
+        } finally {
+          await ts.close();
+        }
       }
     },
   );

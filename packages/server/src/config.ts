@@ -27,6 +27,14 @@ const poolSize = (fallback: number) =>
     'expected an integer from 1 to 1000',
   );
 
+const onOff = (fallback: boolean) =>
+  optionalString.transform((v, ctx) => {
+    if (v === undefined) return fallback;
+    if (v === 'on' || v === 'off') return v === 'on';
+    ctx.addIssue({ code: 'custom', message: `expected "on" or "off", got "${v}"` });
+    return z.NEVER;
+  });
+
 /**
  * One validated view of the environment. Everything the server reads from `process.env`
  * goes through here, so a bad value fails at start with a clear message, not later.
@@ -44,6 +52,12 @@ export const ConfigSchema = z.object({
    * better than ten for agent turns on a 2-core host (decision 0021 §37).
    */
   DATABASE_HOT_POOL_MAX: poolSize(5),
+  /**
+   * Whether those connections pipeline their statements (PostgreSQL server only; decision 0021
+   * §40): `on` sends a statement at once on the least busy connection; `off` queues it in the
+   * process until a connection is free (one statement on the wire per connection).
+   */
+  DATABASE_HOT_POOL_PIPELINE: onOff(true),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   PUBLIC_BASE_URL: optionalString,
   /** Secret used to sign URLs and webhooks; derived and persisted under DATA_DIR when unset. */
@@ -98,6 +112,8 @@ export interface Config {
   databasePoolMax: number;
   /** `DATABASE_HOT_POOL_MAX`: connections of the hot paths' plain pool (5). */
   databaseHotPoolMax: number;
+  /** `DATABASE_HOT_POOL_PIPELINE`: whether that pool pipelines statements on the server (on). */
+  databaseHotPoolPipeline: boolean;
   logLevel: Env['LOG_LEVEL'];
   publicBaseUrl: string | undefined;
   signingSecret: string | undefined;
@@ -141,6 +157,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     databaseUrl: e.DATABASE_URL,
     databasePoolMax: e.DATABASE_POOL_MAX,
     databaseHotPoolMax: e.DATABASE_HOT_POOL_MAX,
+    databaseHotPoolPipeline: e.DATABASE_HOT_POOL_PIPELINE,
     logLevel: e.LOG_LEVEL,
     publicBaseUrl: e.PUBLIC_BASE_URL,
     signingSecret: e.SIGNING_SECRET,

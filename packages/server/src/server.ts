@@ -64,6 +64,7 @@ export async function createServer(opts: CreateServerOptions = {}): Promise<AiSu
     embedded: opts.embedded,
     poolMax: config.databasePoolMax,
     hotPoolMax: config.databaseHotPoolMax,
+    hotPoolPipeline: config.databaseHotPoolPipeline,
   });
   em = () => db.orm.em.fork() as unknown as EntityManager;
   try {

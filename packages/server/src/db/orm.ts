@@ -52,6 +52,8 @@ export interface OpenDatabaseOptions {
   poolMax?: number;
   /** Connections of the plain pool of the hot paths (`db/sql.ts`; default `poolMax`). */
   hotPoolMax?: number;
+  /** Whether that pool pipelines its statements on a PostgreSQL server (default true; `db/pipelined-pool.ts`). */
+  hotPoolPipeline?: boolean;
   debug?: boolean;
   /**
    * Who opens the embedded database (default `server`). A server that finds the data
@@ -204,6 +206,7 @@ export async function openDatabase(opts: OpenDatabaseOptions): Promise<Database>
           max: hotPoolMax,
         },
     kind,
+    { pipeline: opts.hotPoolPipeline ?? true },
   );
   return {
     orm,
