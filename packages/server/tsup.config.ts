@@ -7,6 +7,8 @@ export default defineConfig({
     index: 'src/index.ts',
     // Run as a child process by db/embedded.ts, next to the chunk that holds it.
     'embedded-initdb': 'src/db/embedded-initdb.ts',
+    // Run as a worker thread by db/embedded.ts (the embedded database's engine, decision 0039).
+    'embedded-worker': 'src/db/embedded-worker.ts',
   },
   format: ['esm'],
   platform: 'node',

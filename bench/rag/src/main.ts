@@ -153,14 +153,15 @@ interface Bare {
 
 /**
  * SQL without the service: on the PostgreSQL server a `pg` connection of its own; on PGlite the
- * database instance in this process (a second `pg` connection through its socket would share
- * its single backend with the server's pool, and interleaved extended-protocol messages of two
- * clients break each other's unnamed statements). So on PGlite the bare figure has no socket
- * and no driver in it: the service ÷ bare ratio overstates the service's own overhead there.
+ * database's session directly (`EmbeddedPostgres.query`, a message to the thread PGlite runs
+ * in; a second `pg` connection through its socket would share its single backend with the
+ * server's pool, and interleaved extended-protocol messages of two clients break each other's
+ * unnamed statements). So on PGlite the bare figure has no socket and no driver in it: the
+ * service ÷ bare ratio overstates the service's own overhead there.
  */
 async function bareClient(db: TestDatabase): Promise<Bare> {
   if (db.embedded) {
-    const lite = db.embedded.db;
+    const lite = db.embedded;
     return {
       query: async (sql, params) => ({ rows: (await lite.query(sql, params)).rows as never[] }),
       end: async () => {},

@@ -16,13 +16,9 @@ const server = await createServer({ env: process.env });
 const { url } = await server.listen(0, '127.0.0.1');
 
 /** Bytes of PGlite's WASM linear memory (it grows and never shrinks), 0 on the PostgreSQL server. */
-function wasmBytes(): number {
-  // Not a public API of PGlite: its Emscripten module, read only to report the figure.
-  const mod = (server.deps.db.embedded?.db as unknown as { mod?: { HEAPU8?: Uint8Array } } | undefined)?.mod;
-  return mod?.HEAPU8?.byteLength ?? 0;
-}
+const wasmBytes = async () => (await server.deps.db.embedded?.wasmMemoryBytes()) ?? 0;
 
-function mem() {
+async function mem() {
   const m = process.memoryUsage();
   return {
     rss: m.rss,
@@ -30,7 +26,7 @@ function mem() {
     heapUsed: m.heapUsed,
     external: m.external,
     arrayBuffers: m.arrayBuffers,
-    wasm: wasmBytes(),
+    wasm: await wasmBytes(),
   };
 }
 
@@ -39,13 +35,13 @@ const reply = (msg: object) => {
   if (process.connected) process.send?.(msg, undefined, undefined, () => {});
 };
 reply({ type: 'ready', url, pid: process.pid });
-process.on('message', (msg: { type: string }) => {
-  if (msg.type === 'mem') reply({ type: 'mem', ...mem() });
+process.on('message', async (msg: { type: string }) => {
+  if (msg.type === 'mem') reply({ type: 'mem', ...(await mem()) });
   else if (msg.type === 'gc') {
     const gc = (globalThis as { gc?: () => void }).gc;
     gc?.();
     gc?.();
-    reply({ type: 'gc', collected: Boolean(gc), ...mem() });
+    reply({ type: 'gc', collected: Boolean(gc), ...(await mem()) });
   }
 });
 process.on('disconnect', () => {

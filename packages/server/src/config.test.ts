@@ -61,3 +61,19 @@ describe('DATABASE_POOL_MAX and DATABASE_HOT_POOL_MAX', () => {
     },
   );
 });
+
+describe('EMBEDDED_DATABASE_THREAD (decision 0039)', () => {
+  it('runs the embedded engine in the server thread by default, and takes main or worker', () => {
+    expect(loadConfig({})).toMatchObject({ embeddedDatabaseThread: 'main' });
+    expect(loadConfig({ EMBEDDED_DATABASE_THREAD: '' })).toMatchObject({ embeddedDatabaseThread: 'main' });
+    expect(loadConfig({ EMBEDDED_DATABASE_THREAD: 'worker' })).toMatchObject({
+      embeddedDatabaseThread: 'worker',
+    });
+    expect(loadConfig({ EMBEDDED_DATABASE_THREAD: 'main' })).toMatchObject({
+      embeddedDatabaseThread: 'main',
+    });
+    expect(() => loadConfig({ EMBEDDED_DATABASE_THREAD: 'thread' })).toThrow(
+      'EMBEDDED_DATABASE_THREAD: expected "worker" or "main", got "thread"',
+    );
+  });
+});

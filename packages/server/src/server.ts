@@ -65,6 +65,7 @@ export async function createServer(opts: CreateServerOptions = {}): Promise<AiSu
     poolMax: config.databasePoolMax,
     hotPoolMax: config.databaseHotPoolMax,
     hotPoolPipeline: config.databaseHotPoolPipeline,
+    embeddedThread: config.embeddedDatabaseThread,
   });
   em = () => db.orm.em.fork() as unknown as EntityManager;
   try {

@@ -7,63 +7,73 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { LOCK_FILE } from './db/embedded.js';
 import { spawnServerProcess } from './test/spawn.js';
 
-const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'aisuite-shutdown-'));
-afterAll(() => fs.rmSync(dataDir, { recursive: true, force: true }));
+const dirs: string[] = [];
+afterAll(() => {
+  for (const d of dirs) fs.rmSync(d, { recursive: true, force: true });
+});
 
 describe('the server process', () => {
-  it('starts on the embedded database, serves, and exits 0 on SIGTERM releasing the data directory', async () => {
-    const child = spawnServerProcess({
-      DATA_DIR: dataDir,
-      PORT: '0',
-      HOST: '127.0.0.1',
-      LOG_LEVEL: 'info',
-      LISTEN_BACKLOG: '123',
-    });
-    try {
-      let out = '';
-      child.stdout?.on('data', (d) => {
-        out += d.toString();
+  // The engine in the server's thread (the default) or in a worker thread (decision 0039).
+  it.each(['main', 'worker'])(
+    'starts on the embedded database (engine thread: %s), serves, and exits 0 on SIGTERM releasing the data directory',
+    async (thread) => {
+      const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'aisuite-shutdown-'));
+      dirs.push(dataDir);
+      const child = spawnServerProcess({
+        DATA_DIR: dataDir,
+        PORT: '0',
+        HOST: '127.0.0.1',
+        LOG_LEVEL: 'info',
+        LISTEN_BACKLOG: '123',
+        EMBEDDED_DATABASE_THREAD: thread,
       });
-      let err = '';
-      child.stderr?.on('data', (d) => {
-        err += d.toString();
-      });
-      await expect
-        .poll(
-          () => /"url":"(http:\/\/[^"]+)"/.exec(out)?.[1] ?? (child.exitCode !== null ? err : undefined),
-          {
-            timeout: 240_000, // a fresh data directory runs initdb and every migration
-            interval: 200,
-          },
-        )
-        .toMatch(/^http:\/\//);
-      const url = /"url":"(http:\/\/[^"]+)"/.exec(out)?.[1];
+      try {
+        let out = '';
+        child.stdout?.on('data', (d) => {
+          out += d.toString();
+        });
+        let err = '';
+        child.stderr?.on('data', (d) => {
+          err += d.toString();
+        });
+        await expect
+          .poll(
+            () => /"url":"(http:\/\/[^"]+)"/.exec(out)?.[1] ?? (child.exitCode !== null ? err : undefined),
+            {
+              timeout: 240_000, // a fresh data directory runs initdb and every migration
+              interval: 200,
+            },
+          )
+          .toMatch(/^http:\/\//);
+        const url = /"url":"(http:\/\/[^"]+)"/.exec(out)?.[1];
 
-      const health = await fetch(`${url}/healthz`);
-      expect(health.status).toBe(200);
-      const ready = await fetch(`${url}/readyz`);
-      expect(await ready.json()).toEqual({ status: 'ready', database: 'embedded', objectStore: 'local' });
-      const lock = JSON.parse(fs.readFileSync(path.join(dataDir, LOCK_FILE), 'utf8')) as { pid: number };
-      expect(lock.pid).toBe(child.pid);
-      expect(notPrivate(dataDir)).toEqual([]);
-      // LISTEN_BACKLOG reaches listen(2): the kernel reports a listening socket's backlog as
-      // its Send-Q (below net.core.somaxconn, which caps it).
-      expect(listenBacklog(Number(new URL(url as string).port))).toBe(123);
+        const health = await fetch(`${url}/healthz`);
+        expect(health.status).toBe(200);
+        const ready = await fetch(`${url}/readyz`);
+        expect(await ready.json()).toEqual({ status: 'ready', database: 'embedded', objectStore: 'local' });
+        const lock = JSON.parse(fs.readFileSync(path.join(dataDir, LOCK_FILE), 'utf8')) as { pid: number };
+        expect(lock.pid).toBe(child.pid);
+        expect(notPrivate(dataDir)).toEqual([]);
+        // LISTEN_BACKLOG reaches listen(2): the kernel reports a listening socket's backlog as
+        // its Send-Q (below net.core.somaxconn, which caps it).
+        expect(listenBacklog(Number(new URL(url as string).port))).toBe(123);
 
-      const exited = once(child, 'exit');
-      child.kill('SIGTERM');
-      const [code, signal] = await exited;
-      expect({ code, signal }).toEqual({ code: 0, signal: null });
-      expect(out).toContain('"msg":"shutting down"');
-      expect(fs.existsSync(path.join(dataDir, LOCK_FILE))).toBe(false);
-      expect(fs.readdirSync(path.join(dataDir, 'run'))).toEqual([]); // socket removed
-      await expect(fetch(`${url}/healthz`)).rejects.toThrow();
-      expect(notPrivate(dataDir)).toEqual([]);
-      expect(fs.existsSync(path.join(dataDir, 'pgdata', 'PG_VERSION'))).toBe(true);
-    } finally {
-      if (child.exitCode === null) child.kill('SIGKILL');
-    }
-  }, 300_000);
+        const exited = once(child, 'exit');
+        child.kill('SIGTERM');
+        const [code, signal] = await exited;
+        expect({ code, signal }).toEqual({ code: 0, signal: null });
+        expect(out).toContain('"msg":"shutting down"');
+        expect(fs.existsSync(path.join(dataDir, LOCK_FILE))).toBe(false);
+        expect(fs.readdirSync(path.join(dataDir, 'run'))).toEqual([]); // socket removed
+        await expect(fetch(`${url}/healthz`)).rejects.toThrow();
+        expect(notPrivate(dataDir)).toEqual([]);
+        expect(fs.existsSync(path.join(dataDir, 'pgdata', 'PG_VERSION'))).toBe(true);
+      } finally {
+        if (child.exitCode === null) child.kill('SIGKILL');
+      }
+    },
+    300_000,
+  );
 
   it('refuses to start on a data directory other users can write, saying how to fix it', async () => {
     const open = fs.mkdtempSync(path.join(os.tmpdir(), 'aisuite-open-'));

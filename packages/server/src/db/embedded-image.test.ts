@@ -24,8 +24,8 @@ async function markedImage(): Promise<Uint8Array> {
   try {
     const db = await openDatabase({ embedded, migrate: true, poolMax: 1 });
     await db.close();
-    await embedded.db.exec('create table marker (id int); checkpoint;');
-    return new Uint8Array(await (await embedded.db.dumpDataDir('none')).arrayBuffer());
+    await embedded.exec('create table marker (id int); checkpoint;');
+    return new Uint8Array(await (await embedded.dumpDataDir('none')).arrayBuffer());
   } finally {
     await embedded.close();
   }

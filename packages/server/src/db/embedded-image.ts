@@ -9,7 +9,7 @@ import zlib from 'node:zlib';
 import type { MigrationObject } from '@mikro-orm/core';
 import tar from 'tar-stream';
 import { PRIVATE_DIR_MODE, PRIVATE_FILE_MODE } from '../data-dir.js';
-import { EMBEDDED_START_PARAMS } from './embedded-settings.js';
+import { EMBEDDED_SETTINGS } from './embedded-settings.js';
 import { EMBEDDED_EXTENSIONS } from './extensions.js';
 import { migrationsList } from './migrations/index.js';
 
@@ -79,7 +79,8 @@ export async function embeddedImageKey(migrations: MigrationObject[] = migration
     JSON.stringify({
       format: IMAGE_FORMAT,
       pglite: pgliteVersion(),
-      startParams: EMBEDDED_START_PARAMS,
+      // PGlite's own defaults come with its version, above.
+      startParams: EMBEDDED_SETTINGS,
       extensions: Object.keys(EMBEDDED_EXTENSIONS),
       migrations: await Promise.all(migrations.map(async (m) => [m.name, await migrationFingerprint(m)])),
     }),

@@ -41,8 +41,8 @@ try {
   await db.close();
   // The dump is a copy of the files as they are: without a checkpoint, every start from it
   // would first replay the WAL of initdb and the migrations (crash recovery).
-  await embedded.db.exec('checkpoint');
-  dump = await embedded.db.dumpDataDir('none');
+  await embedded.exec('checkpoint');
+  dump = await embedded.dumpDataDir('none');
 } finally {
   await embedded.close();
 }

@@ -5,7 +5,13 @@ import { storageEntities } from '../domains/storage/entities.js';
 import { widgetTokenEntities } from '../domains/widget-tokens/entities.js';
 import { foundationEntities } from '../domains/workspaces/entities.js';
 import { meteringEntities } from '../metering/entities.js';
-import { type EmbeddedPostgres, findEmbeddedOwner, lockHolder, startEmbeddedPostgres } from './embedded.js';
+import {
+  type EmbeddedPostgres,
+  type EmbeddedThread,
+  findEmbeddedOwner,
+  lockHolder,
+  startEmbeddedPostgres,
+} from './embedded.js';
 import { EMBEDDED_EXTENSIONS } from './extensions.js';
 import { migrationsList } from './migrations/index.js';
 import { SqlPool } from './sql.js';
@@ -63,6 +69,8 @@ export interface OpenDatabaseOptions {
   as?: 'server' | 'cli';
   /** Where the image of a fresh database is cached (`startEmbeddedPostgres`' `imageDir`). */
   imageDir?: string | false;
+  /** Where the engine of an embedded database this opens runs (`startEmbeddedPostgres`' `thread`). */
+  embeddedThread?: EmbeddedThread;
 }
 
 const CLI_WAIT_MS = 60_000;
@@ -168,6 +176,7 @@ export async function openDatabase(opts: OpenDatabaseOptions): Promise<Database>
         ownerKind: opts.as ?? 'server',
         extensions: EMBEDDED_EXTENSIONS,
         imageDir: opts.imageDir,
+        thread: opts.embeddedThread,
       });
       connection = { host: owned.socketDir, port: owned.port };
       try {

@@ -24,7 +24,7 @@ export default async function setup(project: TestProject) {
   try {
     const db = await openDatabase({ embedded, migrate: true });
     await db.close();
-    const blob = await embedded.db.dumpDataDir('gzip');
+    const blob = await embedded.dumpDataDir('gzip');
     fs.writeFileSync(file, Buffer.from(await blob.arrayBuffer()));
   } finally {
     await embedded.close();

@@ -46,9 +46,12 @@ export async function createServerDatabase(serverUrl: string, prefix = 'aisuite_
   };
 }
 
+/** Where the tests' embedded databases run: as the server's default (`main`), unless the environment says. */
+const thread = () => (process.env.EMBEDDED_DATABASE_THREAD === 'worker' ? 'worker' : 'main');
+
 /** A new, empty embedded database with the extensions the server loads (pgvector), closed on `drop()`. */
 export async function createEmbeddedDatabase(): Promise<TestDatabase> {
-  const embedded = await startEmbeddedPostgres({ extensions: EMBEDDED_EXTENSIONS });
+  const embedded = await startEmbeddedPostgres({ extensions: EMBEDDED_EXTENSIONS, thread: thread() });
   return { embedded, drop: () => embedded.close() };
 }
 
@@ -57,7 +60,11 @@ export async function createTestDatabase(): Promise<TestDatabase> {
   if (serverUrl) return createServerDatabase(serverUrl);
   const template = inject('pgTemplate');
   const loadDataDir = template ? new Blob([fs.readFileSync(template)]) : undefined;
-  const embedded = await startEmbeddedPostgres({ loadDataDir, extensions: EMBEDDED_EXTENSIONS });
+  const embedded = await startEmbeddedPostgres({
+    loadDataDir,
+    extensions: EMBEDDED_EXTENSIONS,
+    thread: thread(),
+  });
   return { embedded, drop: () => embedded.close() };
 }
 
