@@ -100,6 +100,7 @@ export async function startTestServer(opts: StartTestServerOptions = {}): Promis
     });
   } catch (err) {
     if (!opts.db) await db.drop();
+    fs.rmSync(dataDir, { recursive: true, force: true });
     throw err;
   }
   const { url } = await server.listen(0, '127.0.0.1');
