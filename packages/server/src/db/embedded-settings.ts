@@ -6,16 +6,3 @@
  * operating system, which PGlite reads through (docs/decisions/0019-lean-embedded-database.md).
  */
 export const EMBEDDED_SETTINGS = ['-c', 'shared_buffers=16MB'];
-
-/**
- * Every start parameter: PGlite's defaults, then ours. Given PGlite (loaded by the thread that
- * runs the engine only; the defaults belong to its version, which the image key names).
- */
-export const embeddedStartParams = (pglite: { defaultStartParams: string[] }) => [
-  ...pglite.defaultStartParams,
-  ...EMBEDDED_SETTINGS,
-];
-
-/** PGlite's WebAssembly memory in bytes: its Emscripten module is not a public API, read only to report. */
-export const pgliteWasmBytes = (db: unknown) =>
-  (db as { mod?: { HEAPU8?: Uint8Array } }).mod?.HEAPU8?.byteLength ?? 0;

@@ -6,9 +6,8 @@
  * (`exec`, `query`, a dump of the data directory, `close`) by message.
  */
 import { parentPort, workerData } from 'node:worker_threads';
-import { type Extensions, PGlite } from '@electric-sql/pglite';
-import { PGLiteSocketServer } from '@electric-sql/pglite-socket';
-import { embeddedStartParams, pgliteWasmBytes } from './embedded-settings.js';
+import type { Extensions } from '@electric-sql/pglite';
+import { type OpenEngine, openEngine, wasmBytes } from './embedded-engine.js';
 import { EMBEDDED_EXTENSIONS } from './extensions.js';
 
 /** What the parent passes in `workerData`. */
@@ -44,8 +43,7 @@ if (!port) throw new Error('embedded-worker runs as a worker thread of startEmbe
 const data = workerData as EmbeddedWorkerData;
 const post = (m: EmbeddedWorkerMessage, transfer: ArrayBuffer[] = []) => port.postMessage(m, transfer);
 
-let db: PGlite | undefined;
-let server: PGLiteSocketServer | undefined;
+let engine: OpenEngine;
 try {
   const extensions: Extensions = {};
   const known = EMBEDDED_EXTENSIONS as Extensions;
@@ -54,22 +52,19 @@ try {
     if (!ext) throw new Error(`The embedded database's worker cannot load the extension "${name}"`);
     extensions[name] = ext;
   }
-  db = await PGlite.create({
-    dataDir: data.pgDir,
+  engine = await openEngine({
+    pgDir: data.pgDir,
     loadDataDir: data.loadDataDir ? new Blob([data.loadDataDir]) : undefined,
-    startParams: embeddedStartParams(PGlite),
     extensions,
+    socketPath: data.socketPath,
+    maxConnections: data.maxConnections,
   });
-  server = new PGLiteSocketServer({ db, path: data.socketPath, maxConnections: data.maxConnections });
-  await server.start();
 } catch (err) {
-  await db?.close().catch(() => {});
   post({ type: 'failed', message: err instanceof Error ? err.message : String(err) });
   process.exit(1);
 }
 
-const pg = db as PGlite;
-const srv = server as PGLiteSocketServer;
+const pg = engine.db;
 post({ type: 'ready' });
 
 port.on('message', async (req: EmbeddedWorkerRequest) => {
@@ -90,11 +85,10 @@ port.on('message', async (req: EmbeddedWorkerRequest) => {
         break;
       }
       case 'memory':
-        post({ type: 'reply', id: req.id, ok: true, value: pgliteWasmBytes(pg) });
+        post({ type: 'reply', id: req.id, ok: true, value: wasmBytes(pg) });
         break;
       case 'close':
-        await srv.stop();
-        await pg.close();
+        await engine.close();
         post({ type: 'reply', id: req.id, ok: true });
         port.close();
         break;

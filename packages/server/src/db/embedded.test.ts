@@ -3,6 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
 import { afterEach, describe, expect, inject, it } from 'vitest';
+import { createServer } from '../server.js';
 import { type EmbeddedPostgres, type EmbeddedThread, LOCK_FILE, startEmbeddedPostgres } from './embedded.js';
 import { EMBEDDED_EXTENSIONS } from './extensions.js';
 
@@ -128,5 +129,21 @@ describe.runIf(embedded)('the embedded database in a worker thread (decision 003
     await expect(first.query('select 1')).rejects.toThrow('The embedded database is closed');
     const again = await start({ dataDir: dir, thread: 'worker' });
     expect((await again.query('select n from kept')).rows).toEqual([{ n: 7 }]);
+  });
+
+  it('is where a server on a data directory runs its engine with EMBEDDED_DATABASE_THREAD=worker', async () => {
+    for (const [setting, thread] of [
+      [undefined, 'main'],
+      ['worker', 'worker'],
+    ] as const) {
+      const server = await createServer({
+        env: { DATA_DIR: dataDir(), LOG_LEVEL: 'silent', EMBEDDED_DATABASE_THREAD: setting },
+      });
+      try {
+        expect(server.deps.db.embedded?.thread).toBe(thread);
+      } finally {
+        await server.close();
+      }
+    }
   });
 });

@@ -9,7 +9,6 @@ import { Worker } from 'node:worker_threads';
 import type { Extensions } from '@electric-sql/pglite';
 import { makeTreePrivate, PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, prepareDataDir } from '../data-dir.js';
 import { createFromImage, defaultImageDir, embeddedImageKey, embeddedImagePath } from './embedded-image.js';
-import { pgliteWasmBytes } from './embedded-settings.js';
 import type { EmbeddedWorkerData, EmbeddedWorkerMessage, EmbeddedWorkerOp } from './embedded-worker.js';
 
 /**
@@ -304,24 +303,14 @@ async function startInThisThread(
   maxConnections: number,
 ): Promise<Engine> {
   // Loaded here, not at the top: with the engine in its worker this thread never loads PGlite.
-  const [{ PGlite }, { PGLiteSocketServer }, { embeddedStartParams }] = await Promise.all([
-    import('@electric-sql/pglite'),
-    import('@electric-sql/pglite-socket'),
-    import('./embedded-settings.js'),
-  ]);
-  const db = await PGlite.create({
-    dataDir: pgDir,
+  const { openEngine, wasmBytes } = await import('./embedded-engine.js');
+  const { db, close } = await openEngine({
+    pgDir,
     loadDataDir: opts.loadDataDir,
-    startParams: embeddedStartParams(PGlite),
     extensions: opts.extensions,
+    socketPath,
+    maxConnections,
   });
-  const server = new PGLiteSocketServer({ db, path: socketPath, maxConnections });
-  try {
-    await server.start();
-  } catch (err) {
-    await db.close().catch(() => {});
-    throw err;
-  }
   return {
     thread: 'main',
     exec: async (sql) => {
@@ -329,11 +318,8 @@ async function startInThisThread(
     },
     query: async <R>(sql: string, params?: unknown[]) => ({ rows: (await db.query<R>(sql, params)).rows }),
     dumpDataDir: (compression) => db.dumpDataDir(compression),
-    wasmMemoryBytes: async () => pgliteWasmBytes(db),
-    async close() {
-      await server.stop();
-      await db.close();
-    },
+    wasmMemoryBytes: async () => wasmBytes(db),
+    close,
   };
 }
 
