@@ -27,7 +27,13 @@ const sql = <T>(q: string, params: unknown[] = []) => ts.server.deps.em().execut
 beforeAll(async () => {
   ts = await startTestServerWithFakeModel({
     // A window far longer than the test (no boundary between its requests).
-    env: { RATE_LIMIT_APP_CHAT: '4', RATE_LIMIT_WINDOW_SECONDS: '100000000' },
+    // A token window longer than any test: every reply's text after its first piece waits for
+    // the end of the stream (or a failure), so what a failure does with it shows every run.
+    env: {
+      RATE_LIMIT_APP_CHAT: '4',
+      RATE_LIMIT_WINDOW_SECONDS: '100000000',
+      APP_CHAT_STREAM_COALESCE_MS: '60000',
+    },
   });
 });
 afterAll(() => ts?.close());

@@ -89,6 +89,11 @@ async function chatStream(deps: ServerDeps, coalesceMs: number, req: Request, re
         out.send({ data: JSON.stringify(event) });
       }
       await tokens.flush();
+    } catch (err) {
+      // The text that came before a failure (the end of the turn not written) is shown, as it
+      // would have been without the window, before the `error` event.
+      await tokens.flush().catch(() => undefined);
+      throw err;
     } finally {
       tokens.discard();
     }
