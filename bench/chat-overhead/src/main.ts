@@ -12,6 +12,7 @@ import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { startCommand } from '@ai-suite/server/start-command';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const N1 = Number(process.env.BENCH_REQUESTS_C1 ?? 400);
@@ -54,10 +55,23 @@ async function perfRecord(pid: number, file: string): Promise<() => Promise<void
     });
 }
 
-/** BENCH_SERVER_ENV: `NAME=value` pairs (space-separated) set for the server process only (`MALLOC_ARENA_MAX=1`…). */
+/**
+ * The server runs as `pnpm start` runs it on this database (the start script's node flags and
+ * `MALLOC_ARENA_MAX`, `@ai-suite/server/start-command`). BENCH_SERVER_NODE_ARGS replaces the
+ * flags ('' for node's defaults); BENCH_SERVER_ENV: `NAME=value` pairs (space-separated) set
+ * for the server process only, over the start script's (`MALLOC_ARENA_MAX=1`…).
+ */
+const START = startCommand({ DATABASE_URL: process.env.DATABASE_URL });
+const SERVER_NODE_ARGS =
+  process.env.BENCH_SERVER_NODE_ARGS === undefined
+    ? START.nodeArgs
+    : process.env.BENCH_SERVER_NODE_ARGS.split(' ').filter(Boolean);
 function serverEnv(): Record<string, string> {
   const pairs = (process.env.BENCH_SERVER_ENV ?? '').split(' ').filter(Boolean);
-  return Object.fromEntries(pairs.map((p) => [p.slice(0, p.indexOf('=')), p.slice(p.indexOf('=') + 1)]));
+  return {
+    ...START.env,
+    ...Object.fromEntries(pairs.map((p) => [p.slice(0, p.indexOf('=')), p.slice(p.indexOf('=') + 1)])),
+  };
 }
 
 function start(
@@ -66,14 +80,8 @@ function start(
 ): Promise<{ child: ChildProcess; url: string }> {
   const child = fork(path.join(here, script), [], {
     env: { ...process.env, ...env, ...(script === 'server.ts' ? serverEnv() : {}) },
-    // BENCH_SERVER_NODE_ARGS: extra node flags for the server (`--perf-basic-prof`, `--trace-deopt`…).
-    execArgv: [
-      '--import',
-      'tsx',
-      ...(script === 'server.ts'
-        ? (process.env.BENCH_SERVER_NODE_ARGS?.split(' ').filter(Boolean) ?? [])
-        : []),
-    ],
+    // BENCH_SERVER_NODE_ARGS: the server's node flags (`--liftoff-only --perf-basic-prof`…).
+    execArgv: ['--import', 'tsx', ...(script === 'server.ts' ? SERVER_NODE_ARGS : [])],
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
   });
   return new Promise((resolve, reject) => {
@@ -258,6 +266,9 @@ async function main() {
     const result = {
       machine: `${os.cpus().length} × ${os.cpus()[0]?.model ?? 'cpu'}, Node ${process.version}`,
       database: process.env.DATABASE_URL ? 'postgresql' : 'embedded (PGlite)',
+      server: `${Object.entries(serverEnv())
+        .map(([k, v]) => `${k}=${v}`)
+        .join(' ')} node ${SERVER_NODE_ARGS.join(' ') || '(no flags)'}`,
       concurrency1: {
         direct: d1,
         chat: c1,
@@ -278,7 +289,7 @@ async function main() {
     };
     const line = (name: string, r: typeof d1) =>
       `| ${name} | ${fmt(r.ttfbP50)} | ${fmt(r.ttfbP99)} | ${fmt(r.totalP50)} | ${fmt(r.totalP99)} | ${fmt(r.rps, 0)} |`;
-    console.log(`\n${result.machine}; database: ${result.database}`);
+    console.log(`\n${result.machine}; database: ${result.database}; server: ${result.server}`);
     console.log('\n| path | TTFB p50 ms | TTFB p99 ms | total p50 ms | total p99 ms | req/s |');
     console.log('|---|---|---|---|---|---|');
     console.log(line(`direct, c=1 (${N1})`, d1));

@@ -38,6 +38,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { AiSuite } from '@ai-suite/sdk';
 import { startEmbeddedPostgres } from '@ai-suite/server';
+import { startCommand } from '@ai-suite/server/start-command';
 import {
   createServerDatabase,
   createTestSession,
@@ -277,12 +278,25 @@ interface Child {
   close(): Promise<void>;
 }
 
-/** Extra node flags of the ingest server (`pnpm start` runs `node --liftoff-only`). */
-const SERVER_NODE_ARGS = (env.BENCH_SERVER_NODE_ARGS ?? '--liftoff-only').split(' ').filter(Boolean);
+/**
+ * The node flags and `MALLOC_ARENA_MAX` `pnpm start` gives the server on a database of this
+ * kind (its start script, expanded); BENCH_SERVER_NODE_ARGS replaces the flags.
+ */
+function startSettings(kind: string): { nodeArgs: string[]; env: Record<string, string> } {
+  const start = startCommand({
+    DATABASE_URL: kind === 'embedded' ? undefined : PG_URL,
+    MALLOC_ARENA_MAX: env.MALLOC_ARENA_MAX,
+  });
+  const flags = env.BENCH_SERVER_NODE_ARGS;
+  return {
+    nodeArgs: flags === undefined ? start.nodeArgs : flags.split(' ').filter(Boolean),
+    env: start.env,
+  };
+}
 
 /**
  * The server in a process of its own (`server.ts`, the built dist), configured like
- * `pnpm start` (environment, `--liftoff-only`, `MALLOC_ARENA_MAX=2`) plus `--expose-gc`, on a
+ * `pnpm start` (environment, node flags, `MALLOC_ARENA_MAX`) plus `--expose-gc`, on a
  * fresh database: a data directory of its own (PGlite then lives in the child) or a new
  * database on the PostgreSQL server. A person signs in through the API (INIT_USER_*).
  */
@@ -291,12 +305,13 @@ async function startServerChild(kind: string, fake: FakeOpenAI): Promise<Child> 
   const db = kind === 'embedded' ? undefined : await createServerDatabase(PG_URL, 'aisuite_bench_rag');
   const email = 'bench@example.com';
   const password = `pw-${randomUUID()}`;
+  const start = startSettings(kind);
   const proc = fork(path.join(here, 'server.ts'), [], {
     env: {
       ...process.env,
       ...fakeOpenAIEnv(fake),
       LOG_LEVEL: 'silent',
-      MALLOC_ARENA_MAX: env.MALLOC_ARENA_MAX ?? '2',
+      ...start.env,
       DATA_DIR: dataDir,
       DATABASE_URL: db?.databaseUrl ?? '',
       RAG_VECTOR_INDEX: VECTOR_INDEX,
@@ -305,7 +320,7 @@ async function startServerChild(kind: string, fake: FakeOpenAI): Promise<Child> 
       INIT_USER_PASSWORD: password,
       INIT_CREDITS_USD: '1000',
     },
-    execArgv: ['--import', 'tsx', '--expose-gc', ...SERVER_NODE_ARGS],
+    execArgv: ['--import', 'tsx', '--expose-gc', ...start.nodeArgs],
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
   });
   const exited = new Promise<void>((r) => proc.once('exit', () => r()));

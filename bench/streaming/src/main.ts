@@ -28,6 +28,9 @@
  * issue 20 measured; `BENCH_COMPARE_CPUS` pins B alone. Each phase also reports the CPU its
  * load costs (this process's clients and the fake upstream, per request) and how busy the
  * whole host was (/proc/stat): on a small host the paths share its cores with the load.
+ * The server runs as `pnpm start` runs it (the start script's node flags and
+ * `MALLOC_ARENA_MAX`, `@ai-suite/server/start-command`); `BENCH_SERVER_NODE_ARGS` replaces
+ * those flags (`''`: node's defaults, as the bench ran before the sixteenth session).
  */
 import { type ChildProcess, execFileSync, fork } from 'node:child_process';
 import fs from 'node:fs';
@@ -35,6 +38,7 @@ import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { startCommand } from '@ai-suite/server/start-command';
 import pg from 'pg';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -44,6 +48,14 @@ const WARMUP_C50 = Number(process.env.BENCH_WARMUP_C50 ?? 500);
 /** pg_stat_database is flushed by each backend at most every second, idle ones within 10 s. */
 const STATS_SETTLE_MS = Number(process.env.BENCH_STATS_SETTLE_MS ?? 11_000);
 const ONLY = process.env.BENCH_PATHS?.split(',');
+/**
+ * What `pnpm start` runs node with on this database (the server's start script, expanded:
+ * `MALLOC_ARENA_MAX=2 node --liftoff-only`, and `--max-semi-space-size=4` on the embedded one).
+ */
+const START = startCommand({
+  DATABASE_URL: process.env.DATABASE_URL,
+  MALLOC_ARENA_MAX: process.env.MALLOC_ARENA_MAX,
+});
 /** What every path asks the fake upstream for (it answers 20 paced tokens whatever it is). */
 const PROMPT = 'Write twenty tokens.';
 const MESSAGES = [{ role: 'user', content: PROMPT }];
@@ -357,6 +369,7 @@ async function startSubject(
         RATE_LIMIT_AGENT_MESSAGE: '100000000',
         RATE_LIMIT_SESSION_CREATE: '100000000',
         LLM_MAX_RETRIES: '0',
+        ...START.env,
         ...extraEnv,
       },
       nodeArgs,
@@ -439,7 +452,12 @@ async function main() {
   const subjects: Subject[] = [];
   try {
     const args = (v: string | undefined) => v?.split(' ').filter(Boolean) ?? [];
-    const baseArgs = args(process.env.BENCH_SERVER_NODE_ARGS);
+    // The server runs as `pnpm start` runs it (START): BENCH_SERVER_NODE_ARGS replaces the
+    // flags ('' for node's defaults), MALLOC_ARENA_MAX in the bench's environment the arenas.
+    const baseArgs =
+      process.env.BENCH_SERVER_NODE_ARGS === undefined
+        ? START.nodeArgs
+        : args(process.env.BENCH_SERVER_NODE_ARGS);
     const compareDist = process.env.BENCH_COMPARE_DIST?.trim();
     const compareArgs = args(process.env.BENCH_COMPARE_NODE_ARGS);
     const cpus = process.env.BENCH_SERVER_CPUS?.trim() || undefined;
@@ -607,6 +625,9 @@ async function main() {
     const notes = [
       `${os.cpus().length} × ${os.cpus()[0]?.model ?? 'cpu'}, Node ${process.version}`,
       `database: ${serverDb ? 'PostgreSQL server' : 'embedded (PGlite)'}`,
+      `server: ${Object.entries(START.env)
+        .map(([k, v]) => `${k}=${v} `)
+        .join('')}node ${baseArgs.join(' ') || '(no flags)'}`,
       `fake upstream paced by ${paceSchedule === 'rate' ? 'rate' : 'gaps'}`,
       `host speed ${speeds.map((v) => v.toFixed(0)).join(' / ')} ms a round (a fixed loop, lower is faster)`,
       `load average ${os

@@ -63,9 +63,9 @@ describe('DATABASE_POOL_MAX and DATABASE_HOT_POOL_MAX', () => {
 });
 
 describe('EMBEDDED_DATABASE_THREAD (decision 0039)', () => {
-  it('runs the embedded engine in the server thread by default, and takes main or worker', () => {
-    expect(loadConfig({})).toMatchObject({ embeddedDatabaseThread: 'main' });
-    expect(loadConfig({ EMBEDDED_DATABASE_THREAD: '' })).toMatchObject({ embeddedDatabaseThread: 'main' });
+  it('runs the embedded engine in a worker thread by default, and takes main or worker', () => {
+    expect(loadConfig({})).toMatchObject({ embeddedDatabaseThread: 'worker' });
+    expect(loadConfig({ EMBEDDED_DATABASE_THREAD: '' })).toMatchObject({ embeddedDatabaseThread: 'worker' });
     expect(loadConfig({ EMBEDDED_DATABASE_THREAD: 'worker' })).toMatchObject({
       embeddedDatabaseThread: 'worker',
     });

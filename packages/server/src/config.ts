@@ -59,12 +59,12 @@ export const ConfigSchema = z.object({
    */
   DATABASE_HOT_POOL_PIPELINE: onOff(true),
   /**
-   * Where the embedded database's engine runs (no `DATABASE_URL`; decision 0039): `main`, the
-   * server's thread; `worker`, a thread of its own, so it works on another core than the event
-   * loop (more throughput under load, ~15 MB more idle memory).
+   * Where the embedded database's engine runs (no `DATABASE_URL`; decision 0039): `worker`
+   * (the default), a thread of its own, so it works on another core than the event loop;
+   * `main`, the server's thread (~15 MB less idle memory, one core for everything).
    */
   EMBEDDED_DATABASE_THREAD: optionalString.transform((v, ctx) => {
-    if (v === undefined) return 'main' as const;
+    if (v === undefined) return 'worker' as const;
     if (v === 'worker' || v === 'main') return v;
     ctx.addIssue({ code: 'custom', message: `expected "worker" or "main", got "${v}"` });
     return z.NEVER;
@@ -125,7 +125,7 @@ export interface Config {
   databaseHotPoolMax: number;
   /** `DATABASE_HOT_POOL_PIPELINE`: whether that pool pipelines statements on the server (on). */
   databaseHotPoolPipeline: boolean;
-  /** `EMBEDDED_DATABASE_THREAD`: where the embedded database's engine runs (`main`). */
+  /** `EMBEDDED_DATABASE_THREAD`: where the embedded database's engine runs (`worker`). */
   embeddedDatabaseThread: 'worker' | 'main';
   logLevel: Env['LOG_LEVEL'];
   publicBaseUrl: string | undefined;

@@ -6,6 +6,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { LOCK_FILE } from './db/embedded.js';
+import { startCommand } from './start-command.js';
 import { cleanEnv, SERVER_DIR } from './test/spawn.js';
 
 const ROOT = path.resolve(SERVER_DIR, '../..');
@@ -78,6 +79,7 @@ describe('pnpm start', () => {
       // The memory settings of decision 0019 reach the server process.
       const argv = fs.readFileSync(`/proc/${serverPid}/cmdline`, 'utf8').split('\0');
       expect(argv).toContain('--liftoff-only');
+      expect(argv).toContain('--max-semi-space-size=4');
       const environ = fs.readFileSync(`/proc/${serverPid}/environ`, 'utf8').split('\0');
       expect(environ).toContain('MALLOC_ARENA_MAX=2');
 
@@ -128,4 +130,21 @@ describe('pnpm start', () => {
       if (serverPid && alive(serverPid)) process.kill(serverPid, 'SIGKILL');
     }
   }, 300_000);
+});
+
+describe('pnpm start: node flags (decision 0039)', () => {
+  it("caps the main thread's young generation on the embedded database only", () => {
+    expect(startCommand({})).toEqual({
+      nodeArgs: ['--liftoff-only', '--max-semi-space-size=4'],
+      env: { MALLOC_ARENA_MAX: '2' },
+    });
+    expect(startCommand({ DATABASE_URL: 'postgres://db.example/app', MALLOC_ARENA_MAX: '1' })).toEqual({
+      nodeArgs: ['--liftoff-only'],
+      env: { MALLOC_ARENA_MAX: '1' },
+    });
+    expect(startCommand({ DATABASE_URL: '' }).nodeArgs).toEqual([
+      '--liftoff-only',
+      '--max-semi-space-size=4',
+    ]);
+  });
 });

@@ -131,10 +131,10 @@ describe.runIf(embedded)('the embedded database in a worker thread (decision 003
     expect((await again.query('select n from kept')).rows).toEqual([{ n: 7 }]);
   });
 
-  it('is where a server on a data directory runs its engine with EMBEDDED_DATABASE_THREAD=worker', async () => {
+  it('is where a server on a data directory runs its engine: a worker by default, EMBEDDED_DATABASE_THREAD=main its own thread', async () => {
     for (const [setting, thread] of [
-      [undefined, 'main'],
-      ['worker', 'worker'],
+      [undefined, 'worker'],
+      ['main', 'main'],
     ] as const) {
       const server = await createServer({
         env: { DATA_DIR: dataDir(), LOG_LEVEL: 'silent', EMBEDDED_DATABASE_THREAD: setting },

@@ -46,8 +46,8 @@ export async function createServerDatabase(serverUrl: string, prefix = 'aisuite_
   };
 }
 
-/** Where the tests' embedded databases run: as the server's default (`main`), unless the environment says. */
-const thread = () => (process.env.EMBEDDED_DATABASE_THREAD === 'worker' ? 'worker' : 'main');
+/** Where the tests' embedded databases run: as the server's default (`worker`), unless the environment says. */
+const thread = () => (process.env.EMBEDDED_DATABASE_THREAD === 'main' ? 'main' : 'worker');
 
 /** A new, empty embedded database with the extensions the server loads (pgvector), closed on `drop()`. */
 export async function createEmbeddedDatabase(): Promise<TestDatabase> {
