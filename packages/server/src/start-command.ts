@@ -8,7 +8,8 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-export const SERVER_PACKAGE_DIR = fileURLToPath(new URL('..', import.meta.url));
+/** `packages/server`. */
+export const SERVER_PACKAGE_DIR = path.resolve(fileURLToPath(new URL('..', import.meta.url)));
 
 export interface StartCommand {
   /** node's flags, as the shell expands them (`dist/main.js` left out). */

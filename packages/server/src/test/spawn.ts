@@ -1,9 +1,8 @@
 import { type ChildProcess, execFile, spawn } from 'node:child_process';
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { SERVER_PACKAGE_DIR } from '../start-command.js';
 
 /** packages/server: the working directory of spawned server and CLI processes. */
-export const SERVER_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+export const SERVER_DIR = SERVER_PACKAGE_DIR;
 
 /** The parent's environment without anything that would pick a database or data directory. */
 export function cleanEnv(extra: Record<string, string | undefined>): NodeJS.ProcessEnv {
