@@ -1,7 +1,6 @@
 import { createHash } from 'node:crypto';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import pg from 'pg';
-import { CommitBarrier } from './commit-barrier.js';
 import { PipelinedPool } from './pipelined-pool.js';
 
 const { escapeLiteral } = pg;
@@ -12,12 +11,6 @@ const { escapeLiteral } = pg;
  */
 export interface SqlExecutor {
   execute<T = Record<string, unknown>[]>(sql: string, params?: unknown[]): Promise<T>;
-  /**
-   * Where present (the PostgreSQL server), resolves once every transaction this process saw
-   * commit before the call is on disk: a statement may then commit with `synchronous_commit`
-   * off and still be durable before its caller answers (`CommitBarrier`, decision 0021 §43).
-   */
-  durable?: () => Promise<void>;
 }
 
 /** The entity manager as a `SqlExecutor` (statements join its transaction, if any). */
@@ -75,21 +68,12 @@ export class SqlPool implements SqlExecutor {
   /** Statements pipelined on the least busy connection (the server, by default). */
   private readonly pipelined: PipelinedPool | undefined;
   private readonly prepared = new Map<string, Prepared>();
-  /** Group commit for statements that commit asynchronously (the server only; PGlite commits each in turn). */
-  readonly barrier: CommitBarrier | undefined;
-  readonly durable: (() => Promise<void>) | undefined;
 
   constructor(
     config: pg.PoolConfig,
     private readonly mode: 'server' | 'embedded',
     opts: { pipeline?: boolean } = {},
   ) {
-    if (mode === 'server') {
-      // A transaction with an id, committed synchronously: PostgreSQL flushes the WAL up to it.
-      const barrier = new CommitBarrier(() => this.execute('select txid_current()'));
-      this.barrier = barrier;
-      this.durable = () => barrier.wait();
-    }
     if (mode === 'server' && (opts.pipeline ?? true)) {
       // Connections stay open once made, and TCP keep-alive finds one a network device dropped
       // (as for the pool below); a statement goes out at once on the least busy connection

@@ -249,20 +249,14 @@ const SAVE_TURN_SQL = `with ${saveTurnCtes('')} select id from th`;
 
 /**
  * The settlement's CTEs (first: they write the workspace's balance row), then the memory, whose
- * thread upsert selects from `stl_done`, after that row. One text per settlement text (a constant)
- * and commit mode: `asyncCommit` commits with `synchronous_commit` off, so the workspace's
- * balance row is released at commit instead of after the WAL flush (the caller then waits for
- * the database's `durable()` before it answers; decision 0021 §43).
+ * thread upsert selects from `stl_done`, after that row. One text per settlement text (a constant).
  */
 const END_TURN = new Map<string, string>();
-const END_TURN_SQL = (settlement: string, columns: string, asyncCommit: boolean) => {
-  const key = `${asyncCommit}:${settlement}`;
-  let sql = END_TURN.get(key);
+const END_TURN_SQL = (settlement: string, columns: string) => {
+  let sql = END_TURN.get(settlement);
   if (!sql) {
-    sql = asyncCommit
-      ? `with end_async as (select set_config('synchronous_commit', 'off', true) as v), ${settlement}, ${saveTurnCtes(' from stl_done')} select ${columns}, (select id from th) as thread_id, (select v from end_async) as end_async`
-      : `with ${settlement}, ${saveTurnCtes(' from stl_done')} select ${columns}, (select id from th) as thread_id`;
-    END_TURN.set(key, sql);
+    sql = `with ${settlement}, ${saveTurnCtes(' from stl_done')} select ${columns}, (select id from th) as thread_id`;
+    END_TURN.set(settlement, sql);
   }
   return sql;
 };
@@ -558,16 +552,9 @@ export class AppChatService {
       await Promise.all([this.deps.db.execute(SAVE_TURN_SQL, save), turn.meter.finish(status)]);
       return;
     }
-    // On the PostgreSQL server the statement commits without waiting for the WAL flush (the
-    // balance row every turn of the workspace updates is released at once), and the turn waits
-    // for a shared flush before its `done` or `error` (decision 0021 §43).
-    const durable = this.deps.db.durable;
     let result: { stl_delta: unknown; stl_change: unknown }[];
     try {
-      result = await this.deps.db.execute(END_TURN_SQL(stl.ctes, stl.columns, durable !== undefined), [
-        ...stl.params,
-        ...save,
-      ]);
+      result = await this.deps.db.execute(END_TURN_SQL(stl.ctes, stl.columns), [...stl.params, ...save]);
     } catch (err) {
       stl.failed();
       await turn.meter
@@ -576,11 +563,6 @@ export class AppChatService {
       throw err;
     }
     stl.committed(result[0] ?? { stl_delta: null, stl_change: null });
-    // Committed; if the flush cannot be confirmed (the barrier's connection broke), the turn
-    // stands as committed and only a database crash in the next moments could lose it.
-    await durable?.().catch((err) =>
-      this.deps.log.error({ err }, 'app chat: could not confirm the end of a turn on disk'),
-    );
   }
 
   private userMessage(turn: PreparedTurn, status: string, extra: Partial<TurnMessage> = {}): TurnMessage {
