@@ -14,7 +14,7 @@ import {
 } from './embedded.js';
 import { EMBEDDED_EXTENSIONS } from './extensions.js';
 import { migrationsList } from './migrations/index.js';
-import { SqlPool } from './sql.js';
+import { COMMIT_BARRIER_ALLOWED_SQL, SqlPool } from './sql.js';
 
 /** Every entity of every domain. Domains append theirs here. */
 export const allEntities = [
@@ -204,6 +204,16 @@ export async function openDatabase(opts: OpenDatabaseOptions): Promise<Database>
     await owned?.close();
     throw err;
   }
+  // Asynchronous commits with a shared flush before answering (decision 0021 §44) need the
+  // barrier's function; without it, the statements that would use it commit synchronously.
+  const commitBarrier =
+    kind === 'server' &&
+    (
+      await orm.em
+        .getConnection()
+        .execute<{ allowed: boolean }[]>(COMMIT_BARRIER_ALLOWED_SQL)
+        .catch(() => [{ allowed: false }])
+    )[0]?.allowed === true;
   const sql = new SqlPool(
     'clientUrl' in connection
       ? { connectionString: connection.clientUrl, max: hotPoolMax }
@@ -215,7 +225,7 @@ export async function openDatabase(opts: OpenDatabaseOptions): Promise<Database>
           max: hotPoolMax,
         },
     kind,
-    { pipeline: opts.hotPoolPipeline ?? true },
+    { pipeline: opts.hotPoolPipeline ?? true, commitBarrier },
   );
   return {
     orm,

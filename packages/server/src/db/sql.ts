@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import pg from 'pg';
+import { CommitBarrier } from './commit-barrier.js';
 import { PipelinedPool } from './pipelined-pool.js';
 
 const { escapeLiteral } = pg;
@@ -11,6 +12,12 @@ const { escapeLiteral } = pg;
  */
 export interface SqlExecutor {
   execute<T = Record<string, unknown>[]>(sql: string, params?: unknown[]): Promise<T>;
+  /**
+   * Where present (the PostgreSQL server), resolves once every transaction this process saw
+   * commit before the call is on disk: a statement may then commit with `synchronous_commit`
+   * off and still be durable before its caller answers (`CommitBarrier`, decision 0021 §44).
+   */
+  durable?: () => Promise<void>;
 }
 
 /** The entity manager as a `SqlExecutor` (statements join its transaction, if any). */
@@ -62,18 +69,40 @@ export function sqlLiteral(v: unknown): string {
  *   ~2.5 ms. So statements are prepared in that shared session with SQL `PREPARE` and run as
  *   `EXECUTE name(literals…)`: one simple-protocol message, no planning (decision 0014).
  */
+/**
+ * The commit barrier's statement (decision 0021 §44): a transactional logical message assigns
+ * the transaction an id and writes WAL before its commit record, so PostgreSQL commits it
+ * synchronously and flushes the WAL up to that record, past every commit made before it. (A
+ * transaction that only takes an id, `select txid_current()`, writes no WAL before its commit
+ * record and is committed asynchronously: it flushes nothing; §43.) Nothing decodes the
+ * message: no replication slot here asks for messages, and its prefix says what it is.
+ */
+export const COMMIT_BARRIER_SQL = "select pg_logical_emit_message(true, 'ai-suite.commit-barrier', '')";
+
+/** Whether the role may run the barrier (EXECUTE is granted to PUBLIC unless an operator revoked it). */
+export const COMMIT_BARRIER_ALLOWED_SQL =
+  "select has_function_privilege('pg_logical_emit_message(boolean, text, text)', 'execute') as allowed";
+
 export class SqlPool implements SqlExecutor {
   /** Statements queued in the process for a free connection (PGlite, or pipelining off). */
   private readonly pool: pg.Pool | undefined;
   /** Statements pipelined on the least busy connection (the server, by default). */
   private readonly pipelined: PipelinedPool | undefined;
   private readonly prepared = new Map<string, Prepared>();
+  /** Group commit for statements that commit asynchronously (the server only; PGlite commits each in turn). */
+  readonly barrier: CommitBarrier | undefined;
+  readonly durable: (() => Promise<void>) | undefined;
 
   constructor(
     config: pg.PoolConfig,
     private readonly mode: 'server' | 'embedded',
-    opts: { pipeline?: boolean } = {},
+    opts: { pipeline?: boolean; commitBarrier?: boolean } = {},
   ) {
+    if (mode === 'server' && opts.commitBarrier) {
+      const barrier = new CommitBarrier(() => this.execute(COMMIT_BARRIER_SQL));
+      this.barrier = barrier;
+      this.durable = () => barrier.wait();
+    }
     if (mode === 'server' && (opts.pipeline ?? true)) {
       // Connections stay open once made, and TCP keep-alive finds one a network device dropped
       // (as for the pool below); a statement goes out at once on the least busy connection

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { SqlExecutor } from '../../db/sql.js';
 import type { AppError } from '../../http/errors.js';
 import {
@@ -26,12 +26,12 @@ const sql = <T>(q: string, params: unknown[] = []) => ts.server.deps.em().execut
 
 beforeAll(async () => {
   ts = await startTestServerWithFakeModel({
-    // A window far longer than the test (no boundary between its requests).
-    // A token window longer than any test: every reply's text after its first piece waits for
-    // the end of the stream (or a failure), so what a failure does with it shows every run.
     env: {
       RATE_LIMIT_APP_CHAT: '4',
+      // A window far longer than the test (no boundary between its requests).
       RATE_LIMIT_WINDOW_SECONDS: '100000000',
+      // A token window longer than any test: every reply's text after its first piece waits for
+      // the end of the stream (or a failure), so what a failure does with it shows every run.
       APP_CHAT_STREAM_COALESCE_MS: '60000',
     },
   });
@@ -217,5 +217,90 @@ describe('app chat statements', () => {
     );
     expect(ledger).toHaveLength(2); // the hold, and one settlement
     expect(await creditBalance(ts, ws.workspaceId)).toBe(10_000_000 - 54);
+  });
+
+  it('the end of a turn commits without the flush, and `done` goes out once a flush after it answered (the server)', async () => {
+    const pool = ts.server.deps.db.sql;
+    if (!process.env.DATABASE_URL) {
+      // PGlite commits each statement in turn: no asynchronous commit, nothing to wait for.
+      expect(pool.durable).toBeUndefined();
+      return;
+    }
+    const barrier = pool.barrier as NonNullable<typeof pool.barrier>;
+    const seen: string[] = [];
+    const wait = barrier.wait.bind(barrier);
+    const spy = vi.spyOn(barrier, 'wait').mockImplementation(() => {
+      seen.push('asked');
+      return wait().then(() => {
+        seen.push('flushed');
+      });
+    });
+    try {
+      const ws = await createTestWorkspace(ts, { creditsUsd: '10' });
+      const appId = await createApp(ws);
+      ts.fake.script({ text: 'Durable.', usage: { prompt_tokens: 10, completion_tokens: 2 } });
+      const res = await ts.api(`/apps/${appId}/chat/message/stream`, {
+        method: 'POST',
+        key: ws.apiKey,
+        json: { message: 'Hello', role: 'student' },
+      });
+      expect(res.status).toBe(200);
+      // What the barrier had done when the client read `done`.
+      const reader = (res.body as ReadableStream<Uint8Array>).getReader();
+      const decoder = new TextDecoder();
+      let text = '';
+      let atDone: string[] | undefined;
+      for (;;) {
+        const { done, value } = await reader.read();
+        if (done) break;
+        text += decoder.decode(value, { stream: true });
+        if (!atDone && text.includes('"type":"done"')) atDone = [...seen];
+      }
+      expect(atDone).toEqual(['asked', 'flushed']);
+      const stored = await sql<{ content: string }>(
+        "select content from app_thread_messages where app_id = ? and role = 'assistant'",
+        [appId],
+      );
+      expect(stored.map((m) => m.content)).toEqual(['Durable.']);
+    } finally {
+      spy.mockRestore();
+    }
+  });
+
+  it('a turn whose flush cannot be confirmed ends with `error`, not `done`, and is not settled twice (the server)', async () => {
+    const pool = ts.server.deps.db.sql;
+    if (!process.env.DATABASE_URL) return; // PGlite: no barrier (above)
+    const barrier = pool.barrier as NonNullable<typeof pool.barrier>;
+    const spy = vi.spyOn(barrier, 'wait').mockRejectedValue(new Error('Connection terminated unexpectedly'));
+    try {
+      const ws = await createTestWorkspace(ts, { creditsUsd: '10' });
+      const appId = await createApp(ws);
+      ts.fake.script({ text: 'Unconfirmed.', usage: { prompt_tokens: 10, completion_tokens: 2 } });
+      const res = await ts.api(`/apps/${appId}/chat/message/stream`, {
+        method: 'POST',
+        key: ws.apiKey,
+        json: { message: 'Hello', role: 'student' },
+      });
+      expect(res.status).toBe(200);
+      const body = await res.text();
+      expect(body).toContain('"type":"error"');
+      expect(body).not.toContain('"type":"done"');
+      expect(spy).toHaveBeenCalledTimes(1);
+      // The end statement committed (only its flush is unconfirmed): the turn is stored once and
+      // its hold settled once, by that statement.
+      const stored = await sql<{ content: string }>(
+        "select content from app_thread_messages where app_id = ? and role = 'assistant'",
+        [appId],
+      );
+      expect(stored.map((m) => m.content)).toEqual(['Unconfirmed.']);
+      const holds = await sql('select 1 from credit_holds where workspace_id = ?', [ws.workspaceId]);
+      expect(holds).toHaveLength(0);
+      const ledger = await sql("select 1 from credit_ledger where workspace_id = ? and kind <> 'grant'", [
+        ws.workspaceId,
+      ]);
+      expect(ledger).toHaveLength(2); // the hold, and one settlement
+    } finally {
+      spy.mockRestore();
+    }
   });
 });

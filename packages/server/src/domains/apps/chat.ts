@@ -249,14 +249,20 @@ const SAVE_TURN_SQL = `with ${saveTurnCtes('')} select id from th`;
 
 /**
  * The settlement's CTEs (first: they write the workspace's balance row), then the memory, whose
- * thread upsert selects from `stl_done`, after that row. One text per settlement text (a constant).
+ * thread upsert selects from `stl_done`, after that row. One text per settlement text (a constant)
+ * and commit mode: `asyncCommit` commits with `synchronous_commit` off, so the workspace's
+ * balance row is released at commit instead of after the WAL flush (the caller then waits for
+ * the database's `durable()` before it answers; decision 0021 §44).
  */
 const END_TURN = new Map<string, string>();
-const END_TURN_SQL = (settlement: string, columns: string) => {
-  let sql = END_TURN.get(settlement);
+const END_TURN_SQL = (settlement: string, columns: string, asyncCommit: boolean) => {
+  const key = `${asyncCommit}:${settlement}`;
+  let sql = END_TURN.get(key);
   if (!sql) {
-    sql = `with ${settlement}, ${saveTurnCtes(' from stl_done')} select ${columns}, (select id from th) as thread_id`;
-    END_TURN.set(settlement, sql);
+    sql = asyncCommit
+      ? `with end_async as (select set_config('synchronous_commit', 'off', true) as v), ${settlement}, ${saveTurnCtes(' from stl_done')} select ${columns}, (select id from th) as thread_id, (select v from end_async) as end_async`
+      : `with ${settlement}, ${saveTurnCtes(' from stl_done')} select ${columns}, (select id from th) as thread_id`;
+    END_TURN.set(key, sql);
   }
   return sql;
 };
@@ -514,7 +520,8 @@ export class AppChatService {
   /**
    * The end of a turn in ONE statement (one transaction): the settlement of the hold with its
    * usage record (`settlementInStatement`) and the memory (`saveTurnCtes`: the thread and the
-   * turn's messages), committed (synchronously) before `done`/`error` is sent. If it fails,
+   * turn's messages), on disk before `done`/`error` is sent (on the server: committed without
+   * the flush, then a shared barrier; decision 0021 §44). If it fails,
    * neither is written: the hold is then settled on its own (`finish`) and the error goes on.
    * A meter that cannot settle in a statement writes the memory and settles side by side.
    */
@@ -552,9 +559,16 @@ export class AppChatService {
       await Promise.all([this.deps.db.execute(SAVE_TURN_SQL, save), turn.meter.finish(status)]);
       return;
     }
+    // On the PostgreSQL server the statement commits without waiting for the WAL flush (the
+    // balance row every turn of the workspace updates is released at once), and the turn waits
+    // for a shared flush before its `done` or `error` (decision 0021 §44).
+    const durable = this.deps.db.durable;
     let result: { stl_delta: unknown; stl_change: unknown }[];
     try {
-      result = await this.deps.db.execute(END_TURN_SQL(stl.ctes, stl.columns), [...stl.params, ...save]);
+      result = await this.deps.db.execute(END_TURN_SQL(stl.ctes, stl.columns, durable !== undefined), [
+        ...stl.params,
+        ...save,
+      ]);
     } catch (err) {
       stl.failed();
       await turn.meter
@@ -563,6 +577,18 @@ export class AppChatService {
       throw err;
     }
     stl.committed(result[0] ?? { stl_delta: null, stl_change: null });
+    // Committed and visible; on disk once a barrier sent after it answered. If none can be
+    // confirmed (the database went away), the turn's outcome is unknown to this process, as
+    // for a commit whose answer is lost: it ends with an error, not `done` (it is not settled
+    // again: the settlement, if lost, was lost with the hold it settled).
+    if (durable) {
+      try {
+        await durable();
+      } catch (err) {
+        this.deps.log.error({ err }, 'app chat: could not confirm the end of a turn on disk');
+        throw err;
+      }
+    }
   }
 
   private userMessage(turn: PreparedTurn, status: string, extra: Partial<TurnMessage> = {}): TurnMessage {
