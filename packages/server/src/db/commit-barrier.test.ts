@@ -109,7 +109,7 @@ describe.runIf(onServer)('the commit barrier on the PostgreSQL server (decision 
     }
   });
 
-  it('is used only where the role may run it (the check `openDatabase` makes)', async () => {
+  it('the privilege check `openDatabase` makes answers false for a role once EXECUTE is revoked', async () => {
     const role = `aisuite_nobarrier_${randomUUID().replaceAll('-', '').slice(0, 12)}`;
     const client = new pg.Client({ connectionString: url() });
     await client.connect();

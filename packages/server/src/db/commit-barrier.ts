@@ -3,8 +3,9 @@
  * with `synchronous_commit` off (decision 0021 §44): it commits a small write transaction
  * synchronously (`run`, `COMMIT_BARRIER_SQL`: one that writes WAL before its commit record, or
  * PostgreSQL would commit it asynchronously too); its commit record comes after theirs in the
- * WAL, and PostgreSQL flushes the WAL up to it before answering. A commit made that way releases its row locks at
- * once instead of holding them through the flush, and the caller still knows when it is durable.
+ * WAL, and PostgreSQL flushes the WAL up to it before answering. A commit made that way
+ * releases its row locks at once instead of holding them through the flush, and the caller
+ * still knows when it is durable.
  *
  * Group commit: callers that ask while a barrier is on its way share the next one (a barrier
  * sent before a caller's commit may not cover it), so at most one is in flight and one waits.

@@ -54,6 +54,20 @@ export function sqlLiteral(v: unknown): string {
 }
 
 /**
+ * The commit barrier's statement (decision 0021 §44): a transactional logical message assigns
+ * the transaction an id and writes WAL before its commit record, so PostgreSQL commits it
+ * synchronously and flushes the WAL up to that record, past every commit made before it. (A
+ * transaction that only takes an id, `select txid_current()`, writes no WAL before its commit
+ * record and is committed asynchronously: it flushes nothing; §43.) Nothing decodes the
+ * message: no replication slot here asks for messages, and its prefix says what it is.
+ */
+export const COMMIT_BARRIER_SQL = "select pg_logical_emit_message(true, 'ai-suite.commit-barrier', '')";
+
+/** Whether the role may run the barrier (EXECUTE is granted to PUBLIC unless an operator revoked it). */
+export const COMMIT_BARRIER_ALLOWED_SQL =
+  "select has_function_privilege('pg_logical_emit_message(boolean, text, text)', 'execute') as allowed";
+
+/**
  * A plain `pg` pool beside the ORM, for the request hot path (`POST /chat`): each statement
  * is prepared once and then only executed, without the ORM's per-call machinery (MikroORM +
  * knex cost ~1 ms of CPU per statement under load, bench/README.md). Never used inside an
@@ -69,20 +83,6 @@ export function sqlLiteral(v: unknown): string {
  *   ~2.5 ms. So statements are prepared in that shared session with SQL `PREPARE` and run as
  *   `EXECUTE name(literals…)`: one simple-protocol message, no planning (decision 0014).
  */
-/**
- * The commit barrier's statement (decision 0021 §44): a transactional logical message assigns
- * the transaction an id and writes WAL before its commit record, so PostgreSQL commits it
- * synchronously and flushes the WAL up to that record, past every commit made before it. (A
- * transaction that only takes an id, `select txid_current()`, writes no WAL before its commit
- * record and is committed asynchronously: it flushes nothing; §43.) Nothing decodes the
- * message: no replication slot here asks for messages, and its prefix says what it is.
- */
-export const COMMIT_BARRIER_SQL = "select pg_logical_emit_message(true, 'ai-suite.commit-barrier', '')";
-
-/** Whether the role may run the barrier (EXECUTE is granted to PUBLIC unless an operator revoked it). */
-export const COMMIT_BARRIER_ALLOWED_SQL =
-  "select has_function_privilege('pg_logical_emit_message(boolean, text, text)', 'execute') as allowed";
-
 export class SqlPool implements SqlExecutor {
   /** Statements queued in the process for a free connection (PGlite, or pipelining off). */
   private readonly pool: pg.Pool | undefined;

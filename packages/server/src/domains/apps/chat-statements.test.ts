@@ -57,6 +57,23 @@ async function createApp(ws: TestWorkspace, body: Record<string, unknown> = {}):
   return (await json(res)).app.id as string;
 }
 
+/** A new workspace with $10 and an app, the fake's next reply scripted, one streamed turn. */
+async function streamTurn(message: string, reply: { text: string; prompt: number; completion: number }) {
+  const ws = await createTestWorkspace(ts, { creditsUsd: '10' });
+  const appId = await createApp(ws);
+  ts.fake.script({
+    text: reply.text,
+    usage: { prompt_tokens: reply.prompt, completion_tokens: reply.completion },
+  });
+  const res = await ts.api(`/apps/${appId}/chat/message/stream`, {
+    method: 'POST',
+    key: ws.apiKey,
+    json: { message, role: 'student' },
+  });
+  expect(res.status).toBe(200);
+  return { ws, appId, res };
+}
+
 const input = (appId: string, extra: Partial<ChatMessageInput> = {}): ChatMessageInput => ({
   appId,
   message: 'Explain fractions, please.',
@@ -180,16 +197,12 @@ describe('app chat statements', () => {
   });
 
   it('the end of a turn is one transaction: memory that cannot be written takes its settlement with it; the hold is then settled alone, once', async () => {
-    const ws = await createTestWorkspace(ts, { creditsUsd: '10' });
-    const appId = await createApp(ws);
-    ts.fake.script({ text: 'Fine.', usage: { prompt_tokens: 50, completion_tokens: 2 } });
     // PostgreSQL stores no NUL character: the memory part of the statement fails.
-    const res = await ts.api(`/apps/${appId}/chat/message/stream`, {
-      method: 'POST',
-      key: ws.apiKey,
-      json: { message: 'A NUL \u0000 inside', role: 'student' },
+    const { ws, appId, res } = await streamTurn('A NUL \u0000 inside', {
+      text: 'Fine.',
+      prompt: 50,
+      completion: 2,
     });
-    expect(res.status).toBe(200);
     const events = (await res.text())
       .split('\n')
       .filter((l) => l.startsWith('data: '))
@@ -236,15 +249,7 @@ describe('app chat statements', () => {
       });
     });
     try {
-      const ws = await createTestWorkspace(ts, { creditsUsd: '10' });
-      const appId = await createApp(ws);
-      ts.fake.script({ text: 'Durable.', usage: { prompt_tokens: 10, completion_tokens: 2 } });
-      const res = await ts.api(`/apps/${appId}/chat/message/stream`, {
-        method: 'POST',
-        key: ws.apiKey,
-        json: { message: 'Hello', role: 'student' },
-      });
-      expect(res.status).toBe(200);
+      const { appId, res } = await streamTurn('Hello', { text: 'Durable.', prompt: 10, completion: 2 });
       // What the barrier had done when the client read `done`.
       const reader = (res.body as ReadableStream<Uint8Array>).getReader();
       const decoder = new TextDecoder();
@@ -267,40 +272,41 @@ describe('app chat statements', () => {
     }
   });
 
-  it('a turn whose flush cannot be confirmed ends with `error`, not `done`, and is not settled twice (the server)', async () => {
-    const pool = ts.server.deps.db.sql;
-    if (!process.env.DATABASE_URL) return; // PGlite: no barrier (above)
-    const barrier = pool.barrier as NonNullable<typeof pool.barrier>;
-    const spy = vi.spyOn(barrier, 'wait').mockRejectedValue(new Error('Connection terminated unexpectedly'));
-    try {
-      const ws = await createTestWorkspace(ts, { creditsUsd: '10' });
-      const appId = await createApp(ws);
-      ts.fake.script({ text: 'Unconfirmed.', usage: { prompt_tokens: 10, completion_tokens: 2 } });
-      const res = await ts.api(`/apps/${appId}/chat/message/stream`, {
-        method: 'POST',
-        key: ws.apiKey,
-        json: { message: 'Hello', role: 'student' },
-      });
-      expect(res.status).toBe(200);
-      const body = await res.text();
-      expect(body).toContain('"type":"error"');
-      expect(body).not.toContain('"type":"done"');
-      expect(spy).toHaveBeenCalledTimes(1);
-      // The end statement committed (only its flush is unconfirmed): the turn is stored once and
-      // its hold settled once, by that statement.
-      const stored = await sql<{ content: string }>(
-        "select content from app_thread_messages where app_id = ? and role = 'assistant'",
-        [appId],
-      );
-      expect(stored.map((m) => m.content)).toEqual(['Unconfirmed.']);
-      const holds = await sql('select 1 from credit_holds where workspace_id = ?', [ws.workspaceId]);
-      expect(holds).toHaveLength(0);
-      const ledger = await sql("select 1 from credit_ledger where workspace_id = ? and kind <> 'grant'", [
-        ws.workspaceId,
-      ]);
-      expect(ledger).toHaveLength(2); // the hold, and one settlement
-    } finally {
-      spy.mockRestore();
-    }
-  });
+  // PGlite has no barrier (the test above checks that).
+  it.runIf(!!process.env.DATABASE_URL)(
+    'a turn whose flush cannot be confirmed ends with `error`, not `done`, and is not settled twice (the server)',
+    async () => {
+      const pool = ts.server.deps.db.sql;
+      const barrier = pool.barrier as NonNullable<typeof pool.barrier>;
+      const spy = vi
+        .spyOn(barrier, 'wait')
+        .mockRejectedValue(new Error('Connection terminated unexpectedly'));
+      try {
+        const { ws, appId, res } = await streamTurn('Hello', {
+          text: 'Unconfirmed.',
+          prompt: 10,
+          completion: 2,
+        });
+        const body = await res.text();
+        expect(body).toContain('"type":"error"');
+        expect(body).not.toContain('"type":"done"');
+        expect(spy).toHaveBeenCalledTimes(1);
+        // The end statement committed (only its flush is unconfirmed): the turn is stored once and
+        // its hold settled once, by that statement.
+        const stored = await sql<{ content: string }>(
+          "select content from app_thread_messages where app_id = ? and role = 'assistant'",
+          [appId],
+        );
+        expect(stored.map((m) => m.content)).toEqual(['Unconfirmed.']);
+        const holds = await sql('select 1 from credit_holds where workspace_id = ?', [ws.workspaceId]);
+        expect(holds).toHaveLength(0);
+        const ledger = await sql("select 1 from credit_ledger where workspace_id = ? and kind <> 'grant'", [
+          ws.workspaceId,
+        ]);
+        expect(ledger).toHaveLength(2); // the hold, and one settlement
+      } finally {
+        spy.mockRestore();
+      }
+    },
+  );
 });

@@ -579,8 +579,9 @@ export class AppChatService {
     stl.committed(result[0] ?? { stl_delta: null, stl_change: null });
     // Committed and visible; on disk once a barrier sent after it answered. If none can be
     // confirmed (the database went away), the turn's outcome is unknown to this process, as
-    // for a commit whose answer is lost: it ends with an error, not `done` (it is not settled
-    // again: the settlement, if lost, was lost with the hold it settled).
+    // for a commit whose answer is lost: it ends with an error, not `done`, and is not settled
+    // again here (if that commit was lost, its hold row is back and, no longer extended by
+    // this process since `settlementInStatement`, is settled by the sweep once its lease ends).
     if (durable) {
       try {
         await durable();
