@@ -582,14 +582,8 @@ export class AppChatService {
     // for a commit whose answer is lost: it ends with an error, not `done`, and is not settled
     // again here (if that commit was lost, its hold row is back and, no longer extended by
     // this process since `settlementInStatement`, is settled by the sweep once its lease ends).
-    if (durable) {
-      try {
-        await durable();
-      } catch (err) {
-        this.deps.log.error({ err }, 'app chat: could not confirm the end of a turn on disk');
-        throw err;
-      }
-    }
+    // Logged once, by the caller: the stream's route, the REST handler (sync), or `fail`'s catch.
+    if (durable) await durable();
   }
 
   private userMessage(turn: PreparedTurn, status: string, extra: Partial<TurnMessage> = {}): TurnMessage {
