@@ -1,7 +1,6 @@
 /**
- * Where the time of an indexing batch goes as the chunk table grows (bench/README.md, `rag`,
- * "Indexing cost per chunk: the HNSW index, not GIN or `rag_lexeme_df`"; decision 0038), in one
- * command:
+ * Where the time of an indexing batch goes as the chunk table grows (bench/README.md, `rag`;
+ * the figures: decision 0038, the HNSW index, not GIN or `rag_lexeme_df`), in one command:
  *
  *   pnpm --filter @ai-suite/bench-rag exec tsx src/ingest-statements.ts
  *

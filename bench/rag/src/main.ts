@@ -7,9 +7,10 @@
  * Per database, one server (TypeScript sources, in this process) on the fake OpenAI-compatible
  * upstream (hashed bag-of-words embeddings), a person's session, then three sections:
  *
- * - `ingest`: uploads through the SDK (streamed multipart, indexed by the service): a generated
- *   100 MB CSV while sampling this process's RSS (server, PGlite when embedded, fake upstream
- *   and client are all in it), a generated 200-page PDF (pages/s) and a 50 MB CSV (MB/s, rows/s).
+ * - `ingest`: each file uploaded through the SDK (streamed multipart, indexed by the service)
+ *   to a fresh server in a process of its own (`startServerChild`), whose RSS is sampled (PGlite
+ *   lives in it when embedded): generated 100 MB files (CSV, padded text), a 200-page PDF
+ *   (pages/s) and a 50 MB CSV (MB/s, rows/s).
  * - `retrieval`: one workspace filled with 10k then 100k chunks through SQL (clustered random
  *   unit vectors of BENCH_DIMS dimensions, text from per-topic vocabularies), the HNSW index the
  *   service would create built after each load (pgvector), or the in-process index loaded by a

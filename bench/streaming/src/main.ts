@@ -11,7 +11,7 @@
  * each phase; on PGlite the database runs in
  * the server process, inside its CPU) and database transactions per request
  * (`pg_stat_database` deltas). Upstream and server run in their own processes. The fake
- * upstream keeps its rate (`BENCH_PACE_SCHEDULE=rate`; `gaps` for the earlier sessions' fake)
+ * upstream keeps its rate (`BENCH_PACE_SCHEDULE=rate`; `gaps`: 6 ms after each chunk written)
  * and reports how late its replies ended (p50/p99 of each phase's replies: its own share of
  * the host's contention, charged to every path alike). `BENCH_COMPARE_PACE=gaps|rate` gives
  * B a second fake upstream paced the other way, with its own direct baseline (`direct [B]`).
@@ -30,7 +30,7 @@
  * whole host was (/proc/stat): on a small host the paths share its cores with the load.
  * The server runs as `pnpm start` runs it (the start script's node flags and
  * `MALLOC_ARENA_MAX`, `@ai-suite/server/start-command`); `BENCH_SERVER_NODE_ARGS` replaces
- * those flags (`''`: node's defaults, as the bench ran before the sixteenth session).
+ * those flags (`''`: node's defaults).
  */
 import { type ChildProcess, execFileSync, fork } from 'node:child_process';
 import fs from 'node:fs';
@@ -281,8 +281,8 @@ function parseEnvList(text: string | undefined): Record<string, string> | undefi
 /**
  * The host's speed now: the fastest of three runs of a fixed loop in this process (ms, lower
  * is faster), taken while nothing of the bench runs. The machine is a VM whose cores are
- * shared with other tenants, and this loop has taken from 135 to 344 ms on it within one
- * session, so a run's figures are read against it.
+ * shared with other tenants, and this loop has taken from 135 to 344 ms on it within a few
+ * hours, so a run's figures are read against it.
  */
 function hostSpeedMs(): number {
   let best = Number.POSITIVE_INFINITY;
@@ -436,7 +436,7 @@ async function main() {
   // reply) unless BENCH_PACE_MS says otherwise, kept at that rate (`BENCH_PACE_SCHEDULE=rate`,
   // the default here): it shares the host's cores with the paths measured, and with `gaps`
   // (6 ms after each chunk written) its late timers piled up into every reply, more on the
-  // paths that load the host more (decision 0021 §39).
+  // paths that load the host more (decision 0037).
   const paceSchedule = process.env.BENCH_PACE_SCHEDULE ?? 'rate';
   const startUpstream = (schedule: string) =>
     start('../../chat-overhead/src/upstream.ts', {

@@ -23,7 +23,7 @@ describe('DATABASE_POOL_MAX and DATABASE_HOT_POOL_MAX', () => {
     expect(() => loadConfig({ [name]: 'ten' })).toThrow(`${name}: expected a number, got "ten"`);
   });
 
-  it('pipeline the hot paths by default, and take on or off (decision 0021 §40)', () => {
+  it('pipeline the hot paths by default, and take on or off (decision 0030)', () => {
     expect(loadConfig({})).toMatchObject({ databaseHotPoolPipeline: true });
     expect(loadConfig({ DATABASE_HOT_POOL_PIPELINE: ' ' })).toMatchObject({ databaseHotPoolPipeline: true });
     expect(loadConfig({ DATABASE_HOT_POOL_PIPELINE: 'on' })).toMatchObject({ databaseHotPoolPipeline: true });

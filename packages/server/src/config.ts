@@ -49,12 +49,12 @@ export const ConfigSchema = z.object({
   /**
    * Connections of the plain pool of the hot paths (`/chat`, app chat and agent turns, their
    * metering, run events): one statement each, never held across statements. Five measured
-   * better than ten for agent turns on a 2-core host (decision 0021 §37).
+   * better than ten for agent turns on a 2-core host (decision 0030).
    */
   DATABASE_HOT_POOL_MAX: poolSize(5),
   /**
-   * Whether those connections pipeline their statements (PostgreSQL server only; decision 0021
-   * §40): `on` sends a statement at once on the least busy connection; `off` queues it in the
+   * Whether those connections pipeline their statements (PostgreSQL server only; decision 0030):
+   * `on` sends a statement at once on the least busy connection; `off` queues it in the
    * process until a connection is free (one statement on the wire per connection).
    */
   DATABASE_HOT_POOL_PIPELINE: onOff(true),

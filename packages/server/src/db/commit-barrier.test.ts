@@ -40,7 +40,7 @@ const settled = async (p: Promise<unknown>) => {
   return state;
 };
 
-describe('CommitBarrier (decision 0021 §44)', () => {
+describe('CommitBarrier (decision 0032)', () => {
   it('answers a caller only with a barrier sent after its call; callers meanwhile share the next one', async () => {
     const { barrier, pending } = controlled();
     const first = barrier.wait();
@@ -79,7 +79,7 @@ describe('CommitBarrier (decision 0021 §44)', () => {
   });
 });
 
-describe.runIf(onServer)('the commit barrier on the PostgreSQL server (decision 0021 §44)', () => {
+describe.runIf(onServer)('the commit barrier on the PostgreSQL server (decision 0032)', () => {
   const url = () => db?.databaseUrl as string;
 
   it('flushes the WAL past a commit made without the flush, every time', async () => {

@@ -1,6 +1,6 @@
 /**
  * Waits until every transaction that committed before the call is on disk, for commits made
- * with `synchronous_commit` off (decision 0021 §44): it commits a small write transaction
+ * with `synchronous_commit` off (decision 0032): it commits a small write transaction
  * synchronously (`run`, `COMMIT_BARRIER_SQL`: one that writes WAL before its commit record, or
  * PostgreSQL would commit it asynchronously too); its commit record comes after theirs in the
  * WAL, and PostgreSQL flushes the WAL up to it before answering. A commit made that way

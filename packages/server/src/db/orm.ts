@@ -204,7 +204,7 @@ export async function openDatabase(opts: OpenDatabaseOptions): Promise<Database>
     await owned?.close();
     throw err;
   }
-  // Asynchronous commits with a shared flush before answering (decision 0021 §44) need the
+  // Asynchronous commits with a shared flush before answering (decision 0032) need the
   // barrier's function; without it, the statements that would use it commit synchronously.
   const commitBarrier =
     kind === 'server' &&

@@ -27,7 +27,7 @@ const socketOf = (lane: Lane) =>
   (lane.client as unknown as { connection: { stream: Socket } }).connection.stream;
 
 /**
- * Connections that pipeline their statements (decision 0021 §40), on `pg`'s pipeline mode: a
+ * Connections that pipeline their statements (decision 0030), on `pg`'s pipeline mode: a
  * statement goes out at once on the connection with the fewest statements on the wire, a new
  * one opened while fewer than `max` are and all are busy, instead of waiting in the process for
  * a free connection. Each statement is its own implicit transaction (a Sync after each), so

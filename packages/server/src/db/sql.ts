@@ -15,7 +15,7 @@ export interface SqlExecutor {
   /**
    * Where present (the PostgreSQL server), resolves once every transaction this process saw
    * commit before the call is on disk: a statement may then commit with `synchronous_commit`
-   * off and still be durable before its caller answers (`CommitBarrier`, decision 0021 §44).
+   * off and still be durable before its caller answers (`CommitBarrier`, decision 0032).
    */
   durable?: () => Promise<void>;
 }
@@ -54,11 +54,11 @@ export function sqlLiteral(v: unknown): string {
 }
 
 /**
- * The commit barrier's statement (decision 0021 §44): a transactional logical message assigns
+ * The commit barrier's statement (decision 0032): a transactional logical message assigns
  * the transaction an id and writes WAL before its commit record, so PostgreSQL commits it
  * synchronously and flushes the WAL up to that record, past every commit made before it. (A
  * transaction that only takes an id, `select txid_current()`, writes no WAL before its commit
- * record and is committed asynchronously: it flushes nothing; §43.) Nothing decodes the
+ * record and is committed asynchronously: it flushes nothing.) Nothing decodes the
  * message: no replication slot here asks for messages, and its prefix says what it is.
  */
 export const COMMIT_BARRIER_SQL = "select pg_logical_emit_message(true, 'ai-suite.commit-barrier', '')";
@@ -77,7 +77,7 @@ export const COMMIT_BARRIER_ALLOWED_SQL =
  *   connection, with generic plans (`plan_cache_mode`): these are key lookups whose best plan
  *   never depends on the values, and planning the CTEs costs ~0.5 ms per execution. By
  *   default the connections pipeline (`PipelinedPool`): a statement goes out at once on the
- *   least busy connection instead of waiting in the process for a free one (decision 0021 §40).
+ *   least busy connection instead of waiting in the process for a free one (decision 0030).
  * - `embedded` (PGlite): its socket server shares ONE session between all connections and
  *   enters the WASM engine once per protocol message; parsing and planning a CTE there costs
  *   ~2.5 ms. So statements are prepared in that shared session with SQL `PREPARE` and run as
@@ -106,7 +106,7 @@ export class SqlPool implements SqlExecutor {
     if (mode === 'server' && (opts.pipeline ?? true)) {
       // Connections stay open once made, and TCP keep-alive finds one a network device dropped
       // (as for the pool below); a statement goes out at once on the least busy connection
-      // (decision 0021 §40).
+      // (decision 0030).
       const { max, idleTimeoutMillis, ...client } = config;
       this.pipelined = new PipelinedPool({
         ...client,
@@ -123,7 +123,7 @@ export class SqlPool implements SqlExecutor {
       // Connections stay open once made (a fixed-size pool, as HikariCP recommends): `pg`
       // closes an idle one after 10 s by default, and the first burst after a quiet spell then
       // paid a new backend and the preparation of every statement it ran on each connection —
-      // 20–60 ms per statement instead of ~1 (decision 0021 §27). TCP keep-alive finds one a
+      // 20–60 ms per statement instead of ~1 (decision 0030). TCP keep-alive finds one a
       // network device dropped; the pool replaces a connection that errors.
       idleTimeoutMillis: config.idleTimeoutMillis ?? 0,
       keepAlive: true,

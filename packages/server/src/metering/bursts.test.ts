@@ -186,7 +186,7 @@ const capabilities: Capability[] = [
   },
   {
     // The process knows the app before the burst (a request for an unknown thread reads it):
-    // every hold is taken by the admission statement itself (decision 0021).
+    // every hold is taken by the admission statement itself (decision 0027).
     name: 'app chat, streaming, hold in the admission',
     endpoint: '/apps/{appId}/chat/message/stream',
     async setup(ws) {
@@ -229,7 +229,7 @@ const capabilities: Capability[] = [
     },
   },
   {
-    // The process ran a turn in each session before (decision 0021 §22): every admission holds
+    // The process ran a turn in each session before (decision 0029): every admission holds
     // the first model call's credits itself. The guesses are those of an identical agent's
     // sessions (the rich workspace's, which ran three turns), made this agent's.
     name: 'agent turns, hold in the admission',

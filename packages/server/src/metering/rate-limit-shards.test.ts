@@ -11,7 +11,7 @@ import { RATE_LIMIT_SHARDS, SHARDED_RATE_LIMIT_MIN } from './service.js';
 /**
  * Rate limits of at least `SHARDED_RATE_LIMIT_MIN` per window are counted over
  * `RATE_LIMIT_SHARDS` rows by the admission statements of `/chat`, app chat and agent turns
- * (decision 0021 §28); below it, one row, exactly, as before (`chat.test.ts`, `runs.test.ts`,
+ * (decision 0031); below it, one row, exactly (`chat.test.ts`, `runs.test.ts`,
  * `chat-limits.test.ts`).
  */
 const LIMIT = SHARDED_RATE_LIMIT_MIN;

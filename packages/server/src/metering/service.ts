@@ -113,7 +113,7 @@ const RATE_LIMIT_UPSERT = rateLimitUpsert(`values (?, ${RATE_LIMIT_WINDOW_START}
 
 /**
  * From this limit per window on, an admission statement counts a bucket's window over
- * `RATE_LIMIT_SHARDS` rows (decision 0021 §28). The unit is an upsert that locks its row
+ * `RATE_LIMIT_SHARDS` rows (decision 0031). The unit is an upsert that locks its row
  * until the statement commits, and an admission statement takes it first: with one row, every
  * admission of the workspace waited for the one before to commit. A request takes its unit on
  * a row picked at random and adds the other rows' counts as its statement sees them, so
@@ -485,7 +485,7 @@ export interface GenerationOptions {
  * statement): the hold deleted first (`stl_h`; none when the sweep settled it already), then ONE
  * UPDATE of the workspace's balance (`stl_upd`): the refund, or the debit beyond the hold, at
  * most `overdraft` below zero — computed in its SET from the row it updates, so it needs no
- * `SELECT … FOR UPDATE` before it (decision 0021 §32: that pair deadlocked two settlements now
+ * `SELECT … FOR UPDATE` before it (decision 0031: that pair deadlocked two settlements now
  * and then) and takes the row `FOR NO KEY UPDATE`, which the foreign keys' `FOR KEY SHARE` does
  * not wait for. `last_debit_micros` notes what was taken (minus a refund) for RETURNING, as
  * `debit` does. Then the ledger line. `stl_res` has a row when the hold was there (`delta`:

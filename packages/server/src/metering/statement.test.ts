@@ -6,7 +6,7 @@ import type { GenerationMeter, PgMetering } from './service.js';
 /**
  * The hold and the settlement as parts of a caller's statement (app chat: the hold in its
  * admission, the settlement with the turn's memory), on whichever database the run uses; and
- * the settlement as one UPDATE of the balance row, after the hold's row (decision 0021 §32): no
+ * the settlement as one UPDATE of the balance row, after the hold's row (decision 0031): no
  * `SELECT … FOR UPDATE` of the workspace, so a settlement neither waits for the `FOR KEY SHARE`
  * every insert referencing the workspace takes nor deadlocks with another settlement.
  */

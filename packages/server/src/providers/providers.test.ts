@@ -254,8 +254,8 @@ describe('a keep-alive connection the upstream closed as the request was written
   // The upstream below answers the first request of every connection and drops the connection
   // (no answer) on the second: what a client sees when the server's idle timeout closes a
   // kept-alive connection just as the client sends on it. The request is sent again on a new
-  // connection, even with maxRetries 0; before, it failed with "AI service is temporarily
-  // unavailable" (seen in bench/streaming under load).
+  // connection, even with maxRetries 0; failed, it would surface as "AI service is temporarily
+  // unavailable" (seen in bench/streaming under load; decision 0036).
   let server: http.Server;
   let url: string;
   let connections = 0;

@@ -126,7 +126,7 @@ function send(opts: SsePostOptions): Promise<{ req: http.ClientRequest; res: Inc
  * on it: the request failed before any response and was never processed, so it is sent again
  * on a new connection at once, whatever `maxRetries` says (Node's documented use of
  * `request.reusedSocket`). Under load this race showed as `AI service is temporarily
- * unavailable` (bench/streaming, decision 0021).
+ * unavailable` (bench/streaming, decision 0036).
  */
 export class StaleSocketError extends Error {
   override readonly name = 'StaleSocketError';

@@ -23,7 +23,7 @@ export interface RunEngineOptions {
   em: () => EntityManager;
   /**
    * The plain pool (`db/sql.ts`): the end of an execution (`finish`) runs there as one
-   * statement, off the ORM (decision 0021 §10), with the executor's final writes (§17).
+   * statement, off the ORM (decision 0021), with the executor's final writes.
    */
   sql: SqlExecutor;
   log: Logger;
@@ -83,7 +83,7 @@ export class RunEngine {
   private offWake: (() => void) | undefined;
   private lastSweep = 0;
   /**
-   * Whether a claim may find a run when an execution ends (decision 0021 §21): wake-ups seen
+   * Whether a claim may find a run when an execution ends (decision 0021): wake-ups seen
    * (a run queued, resumed or cancelled anywhere), and whether the last claim pass left kinds
    * out for want of a slot. A turn that ended quietly — none of these since it started, and no
    * turn queued behind it — starts no claim; the poll still claims every `pollMs`.
@@ -554,8 +554,8 @@ export class RunEngine {
 
   /**
    * Ends the run in one statement: its unwritten events, the executor's final writes (its last
-   * events, e.g. `message.completed`, and rows, e.g. the final assistant message; decision 0021
-   * §17), the status change and the terminal event commit together (so the final message is
+   * events, e.g. `message.completed`, and rows, e.g. the final assistant message; decision 0021),
+   * the status change and the terminal event commit together (so the final message is
    * durable before the terminal event); what the executor writes beside it (the settlement)
    * runs in parallel. Then readers here are shown the last events and the terminal one.
    * True when the run ended here with no run of its serial key queued behind it.
@@ -574,10 +574,10 @@ export class RunEngine {
       const pending = await this.writer.drain(live);
       for (const e of final?.events ?? []) last.push(live.reserve(e.type, e.payload));
       // No NOTIFY in this statement: its flushed commit would hold PostgreSQL's NOTIFY lock,
-      // which serialises every notifying commit (decision 0021 §18). Readers elsewhere are
+      // which serialises every notifying commit (decision 0021). Readers elsewhere are
       // told with the node's next event batch.
       // A deadlock victim wrote nothing: run again (the balance row's lockers can form a
-      // cycle with this statement's foreign-key checks, decision 0021 §25).
+      // cycle with this statement's foreign-key checks, decision 0029).
       res = await retryTransient(() =>
         runStore.finishOwned(
           this.opts.sql,

@@ -25,7 +25,7 @@ export function createRunEngine(opts: {
   config: Config;
   log: Logger;
   em: () => EntityManager;
-  /** The plain pool: the end of each execution is one statement there (decision 0021 §10). */
+  /** The plain pool: the end of each execution is one statement there (decision 0021). */
   sql: SqlExecutor;
   onSweep?: () => Promise<unknown>;
 }): RunEngine {

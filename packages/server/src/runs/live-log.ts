@@ -60,7 +60,7 @@ export class LiveLog {
   }
 
   /**
-   * The next sequence for an event the end statement writes (decision 0021 §17), neither
+   * The next sequence for an event the end statement writes (decision 0021), neither
    * shown nor handed to the writer: `appendWritten` shows it once that statement committed.
    */
   reserve(type: string, payload: Record<string, unknown>): RunEvent {
@@ -138,7 +138,7 @@ export class LiveLog {
 
 export interface EventWriterOptions {
   em: () => EntityManager;
-  /** The plain pool: batches are written there when given (decision 0021 §10). */
+  /** The plain pool: batches are written there when given (decision 0021). */
   sql?: SqlExecutor;
   log: Logger;
   owner: string;
@@ -177,7 +177,7 @@ export class EventWriter {
   /**
    * Tells readers on other processes to look at `runId` again with the next batch's NOTIFY
    * (within `flushMs`; a NOTIFY of its own when no event waits): for a statement that wrote a
-   * run's last events without a NOTIFY (decision 0021 §18). No-op without NOTIFY (PGlite).
+   * run's last events without a NOTIFY (decision 0021). No-op without NOTIFY (PGlite).
    */
   notifyLater(runId: string): void {
     if (!this.opts.notification({ t: 'events', runIds: [runId] })) return;

@@ -259,7 +259,7 @@ export const runStore = {
 
   /**
    * `admitTurn` preceded by the request's own checks, in ONE statement on the plain pool
-   * (decision 0021 §11): the API key (an active key of an active workspace; `last_used_at`
+   * (decision 0029): the API key (an active key of an active workspace; `last_used_at`
    * refreshed at most once a minute), a unit of the workspace's `agent_message` rate limit
    * (only when `admit`: a valid request), and the credit check (balance above zero). The turn
    * is admitted only when all three pass. Undefined when the key does not resolve (401); the
@@ -282,7 +282,7 @@ export const runStore = {
       /**
        * The first model call's credit hold (`Metering.holdInStatement`), taken only when the
        * run is admitted leased here and its agent is still the row the guess was made from
-       * (decision 0021 §22).
+       * (decision 0029).
        */
       hold?: { ctes: string; params: unknown[]; agentId: string; agentUpdatedAt: string };
     },
@@ -569,16 +569,16 @@ export const runStore = {
   },
 
   /**
-   * `finish` for the worker holding the lease, in ONE statement (decision 0021 §10): its
+   * `finish` for the worker holding the lease, in ONE statement (decision 0021): its
    * unwritten events (written while `owner` holds the lease, whatever the status), and — when
    * the run is still live — the status, `last_seq`, the lease released, its pending tool calls
    * failed, the terminal event after the written ones (no NOTIFY: the caller's event writer
-   * sends it, decision 0021 §18). One statement is one transaction: the terminal event commits
+   * sends it, decision 0021). One statement is one transaction: the terminal event commits
    * with everything before it or not at all. `queued`: a run of the same serial key waits
-   * (§21). When the run was cancelled meanwhile (the lease kept for us) the events are written
-   * and no terminal is returned (the caller writes `run.cancelled`); none either, and `owned`
-   * false, when the lease is no longer ours (nothing of the run is written then). `final`: the
-   * executor's own CTEs, written in the same statement (decision 0021 §17; see `FinalWrites`):
+   * (decision 0021). When the run was cancelled meanwhile (the lease kept for us) the events
+   * are written and no terminal is returned (the caller writes `run.cancelled`); none either,
+   * and `owned` false, when the lease is no longer ours (nothing of the run is written then).
+   * `final`: the executor's own CTEs, written in the same statement (decision 0021; see `FinalWrites`):
    * `owned` there holds the run's id when the lease is ours.
    */
   async finishOwned(

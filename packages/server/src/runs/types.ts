@@ -82,7 +82,7 @@ export type RunOutcome =
   | { status: 'waiting' };
 
 /**
- * What an executor writes with the end of its run (decision 0021 §17): its last events and
+ * What an executor writes with the end of its run (decision 0021): its last events and
  * rows go in the one statement that writes the run's terminal event, so the final assistant
  * message and the terminal event commit together, in one round trip; what must be written
  * whatever happens to the run (a settlement) runs beside that statement, in parallel.

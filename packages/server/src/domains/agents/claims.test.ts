@@ -9,7 +9,7 @@ import {
 import { createAgentWithSession, openTurn, postToolResult } from './test-helpers.js';
 
 // The worker's poll is ten minutes here: a run that starts in these tests was started by a
-// wake-up or by the end of the run before it, never by the poll (decision 0021 §21).
+// wake-up or by the end of the run before it, never by the poll (decision 0021).
 let ts: TestServer & { fake: FakeOpenAI };
 let ws: TestWorkspace;
 

@@ -14,7 +14,7 @@ import { turnFinalWrites } from './runtime.js';
 import { createAgentWithSession, openTurn } from './test-helpers.js';
 
 /**
- * The end of a turn that answered (decision 0021 §17): the assistant message,
+ * The end of a turn that answered (decisions 0021 and 0029): the assistant message,
  * `message.completed`, the run's status and its terminal event commit in one transaction, only
  * while the worker holds the lease; the model call's settlement and usage record are one
  * statement beside it, written whatever happened to the run, before the terminal event is shown.

@@ -48,7 +48,7 @@ async function pipeRun(deps: ServerDeps, res: ServerResponse, run: RunRecord, af
 }
 
 /**
- * The hot path of a turn (decision 0021 §11): a valid request with an API key, admitted in one
+ * The hot path of a turn (decision 0029): a valid request with an API key, admitted in one
  * statement on the plain pool, then its stream.
  */
 async function keyTurn(
@@ -135,7 +135,7 @@ const handle =
     try {
       const em = deps.em();
       const principal = await authenticate(req, deps, em, API_KEY);
-      // The stream routes' rate limit and credit check run on the plain pool (decision 0021).
+      // The stream routes' rate limit and credit check run on the plain pool (decision 0029).
       const streamDeps = { ...deps, metering: deps.poolMetering } as AgentDeps;
       await fn(req, res, new AgentsService(em, streamDeps, principal));
     } catch (err) {
@@ -163,7 +163,7 @@ export const agentRoutes: RawRouteModule = {
       await pipeRun(deps, res, run, 0);
     });
     router.post('/managed-agents/sessions/:sessionId/messages', ...json, async (req, res) => {
-      // The hot path (decision 0021 §11), for an app used without `createServer`'s listener
+      // The hot path (decision 0029), for an app used without `createServer`'s listener
       // and the console's mount. Anything else (another credential, a body or session id that
       // will be refused, a model override that does not resolve, `interrupt`) takes the
       // general path, which answers its errors in the documented order.

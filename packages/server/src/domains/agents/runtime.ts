@@ -181,7 +181,7 @@ export class TurnExecutor implements RunExecutor {
       // The same definitions go with every call of this execution: counted once.
       const defsChars = toolChars(defs);
       if (this.kind === 'turn' && run.sessionId && preloaded && !run.state) {
-        // What the next turn's admission holds for its first call (decision 0021 §22): the
+        // What the next turn's admission holds for its first call (decision 0029): the
         // first call's prompt besides the user's message, when nothing else varies per turn.
         if (config.capabilities.memory.enabled) turnHoldGuesses.delete(run.sessionId);
         else {
@@ -289,7 +289,7 @@ export class TurnExecutor implements RunExecutor {
     const inputChars = messageChars(messages) + defsChars;
     const endpoint = this.loop.endpoint ?? MESSAGES_ENDPOINT;
     // The admission's hold is the one `startGeneration` would take only for exactly the
-    // guessed prompt and model (decision 0021 §22); otherwise it goes back and the call takes
+    // guessed prompt and model (decision 0029); otherwise it goes back and the call takes
     // its own.
     let admitted = takeAdmittedHold(exec);
     if (
@@ -314,7 +314,7 @@ export class TurnExecutor implements RunExecutor {
           meter: 'credits',
           insufficientMessage: INSUFFICIENT,
         },
-        // The balance row is released at commit, not after the WAL flush (decision 0021 §20).
+        // The balance row is released at commit, not after the WAL flush (decision 0029).
         { inputTokens: estimateTokens(inputChars), asyncCommit: true },
       ));
     let text = '';
@@ -424,7 +424,7 @@ export class TurnExecutor implements RunExecutor {
   ): Promise<string> {
     const id = randomUUID();
     if (!run.sessionId) return id;
-    // On the plain pool (off the ORM): one autocommitted statement either way (decision 0021 §10).
+    // On the plain pool (off the ORM): one autocommitted statement either way (decision 0029).
     await this.deps.db.sql.execute(
       `with m as (
          insert into session_messages (id, workspace_id, session_id, run_id, role, content, metadata)
@@ -460,7 +460,7 @@ export class TurnExecutor implements RunExecutor {
 }
 
 /**
- * The end of a turn that answered (decision 0021 §17): the assistant message (with the
+ * The end of a turn that answered (decisions 0021 and 0029): the assistant message (with the
  * session's `last_message_at`) and its `message.completed` event are written by the statement
  * that ends the run, only while the lease is ours (`owned`). The model call's settlement and
  * its usage record are one statement of their own beside it, in parallel (whatever happened to
@@ -535,6 +535,6 @@ async function loadAgent(em: EntityManager, appId: string, workspaceId: string):
 
 export function registerAgentRuntime(deps: ServerDeps): void {
   // Turns are a hot path: their holds, settlements and usage records (batched) go through the
-  // plain pool, off the ORM (decision 0021).
+  // plain pool, off the ORM (decision 0029).
   deps.runs.register(new TurnExecutor({ ...deps, metering: deps.poolMetering } as RuntimeDeps));
 }

@@ -485,7 +485,7 @@ export class AgentsService {
   }
 
   /**
-   * `startTurn` for an API-key caller in ONE statement on the plain pool (decision 0021 §11):
+   * `startTurn` for an API-key caller in ONE statement on the plain pool (decision 0029):
    * key, rate limit, credit check and admission (`runStore.admitKeyTurn`). Only for a request
    * the route found valid (body, session id, model override) and not `interrupt`; the errors
    * come in `startTurn`'s order: 401, 429, 402, 404, 409.

@@ -12,7 +12,7 @@ import { createAgentWithSession, openTurn } from './test-helpers.js';
 import { MESSAGES_ENDPOINT, turnHoldGuesses } from './turn-hold.js';
 
 /**
- * An assist turn's credit hold taken by its admission statement (decision 0021 §22): from a
+ * An assist turn's credit hold taken by its admission statement (decision 0029): from a
  * session's second turn on, the statement that admits the turn also holds its first model
  * call's credits, exactly what `startGeneration` would hold; a guess that no longer fits goes
  * back without a usage record.

@@ -4,7 +4,7 @@ import type { ModelCatalog, ModelInfo } from '../../providers/llm.js';
 
 /**
  * The credit hold of an assist turn's first model call, taken by the admission statement
- * (decision 0021 §22). The hold's amount needs the prompt's size: the agent's system prompt and
+ * (decision 0029). The hold's amount needs the prompt's size: the agent's system prompt and
  * tool definitions, then the user's message. The process remembers, per session, what the
  * first call of its last turn sent besides the user's message; the next turn's admission sizes
  * the hold from it and the statement takes it only if the session's agent is still the row

@@ -14,7 +14,7 @@ import { AppChatService, type ChatDeps, estimateUsage } from './chat.js';
 import type { ChatMessageInput } from './schema.js';
 
 /**
- * App chat's statements (issue 20, decision 0021): once an app was seen by the process, the
+ * App chat's statements (issue 20, decisions 0027 and 0032): once an app was seen by the process, the
  * credit hold is taken by the admission statement (one statement before the model), and the
  * end of a turn writes the memory and the settlement in one statement.
  */

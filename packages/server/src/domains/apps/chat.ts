@@ -252,7 +252,7 @@ const SAVE_TURN_SQL = `with ${saveTurnCtes('')} select id from th`;
  * thread upsert selects from `stl_done`, after that row. One text per settlement text (a constant)
  * and commit mode: `asyncCommit` commits with `synchronous_commit` off, so the workspace's
  * balance row is released at commit instead of after the WAL flush (the caller then waits for
- * the database's `durable()` before it answers; decision 0021 §44).
+ * the database's `durable()` before it answers; decision 0032).
  */
 const END_TURN = new Map<string, string>();
 const END_TURN_SQL = (settlement: string, columns: string, asyncCommit: boolean) => {
@@ -521,7 +521,7 @@ export class AppChatService {
    * The end of a turn in ONE statement (one transaction): the settlement of the hold with its
    * usage record (`settlementInStatement`) and the memory (`saveTurnCtes`: the thread and the
    * turn's messages), on disk before `done`/`error` is sent (on the server: committed without
-   * the flush, then a shared barrier; decision 0021 §44). If it fails,
+   * the flush, then a shared barrier; decision 0032). If it fails,
    * neither is written: the hold is then settled on its own (`finish`) and the error goes on.
    * A meter that cannot settle in a statement writes the memory and settles side by side.
    */
@@ -561,7 +561,7 @@ export class AppChatService {
     }
     // On the PostgreSQL server the statement commits without waiting for the WAL flush (the
     // balance row every turn of the workspace updates is released at once), and the turn waits
-    // for a shared flush before its `done` or `error` (decision 0021 §44).
+    // for a shared flush before its `done` or `error` (decision 0032).
     const durable = this.deps.db.durable;
     let result: { stl_delta: unknown; stl_change: unknown }[];
     try {

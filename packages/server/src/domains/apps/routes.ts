@@ -74,7 +74,7 @@ async function chatStream(deps: ServerDeps, coalesceMs: number, req: Request, re
     const out = new SseWriter(res, { heartbeatMs: HEARTBEAT_MS });
     sse = out;
     // Text merged over a short window, the first at once (as an agent turn's deltas, decision
-    // 0021 §24): fewer `token` events, each still the next piece of the reply.
+    // 0035): fewer `token` events, each still the next piece of the reply.
     const tokens = new TextCoalescer(coalesceMs, async (content) => {
       out.send({ data: JSON.stringify({ type: 'token', content }) });
     });
@@ -121,7 +121,7 @@ export const appsRawRoutes: RawRouteModule = {
   name: 'apps',
   mount(router, deps) {
     router.use('/apps', appsCors);
-    // The window `token` events are merged over (decision 0021 §24), read once.
+    // The window `token` events are merged over (decision 0035), read once.
     const coalesceMs = coalesceWindowMs(deps.config.env.APP_CHAT_STREAM_COALESCE_MS);
     router.post('/apps/:appId/chat/message/stream', ...jsonBodyParser('1mb'), (req, res) =>
       chatStream(deps, coalesceMs, req, res),
