@@ -7,6 +7,7 @@ import { MICROS_PER_USD, parseTokenQuota, usdToMicros } from '../domains/workspa
 import type { Role } from '../domains/workspaces/entities.js';
 import type { WorkspacesService } from '../domains/workspaces/service.js';
 import { AppError, notFound } from '../http/errors.js';
+import { registerJobCommands } from './jobs.js';
 
 /** The database layer loads lazily: usage errors and --help answer without loading the ORM. */
 const loadDb = async () => {
@@ -607,6 +608,7 @@ export function buildProgram(io: CliIo, json: boolean): Command {
       }),
     );
 
+  registerJobCommands(program, { run, jsonOption, table });
   return program;
 }
 

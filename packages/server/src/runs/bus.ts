@@ -14,6 +14,14 @@ export type BusMessage =
 const CHANNEL = 'aisuite_runs';
 
 /**
+ * A `pg_notify` channel and payload for `msg` sent by a process without a bus of its own (the
+ * operator CLI): every server process delivers it (PostgreSQL server only).
+ */
+export function busNotification(msg: BusMessage): { channel: string; payload: string } {
+  return { channel: CHANNEL, payload: JSON.stringify({ from: `cli-${randomUUID()}`, msg }) };
+}
+
+/**
  * Tells interested parties that something happened to a run: a new event (stream readers
  * tail on it), a cancel (the worker holding the run aborts), or work to claim (idle workers
  * wake). Delivery is a hint: readers and workers also poll, so a lost message only delays.

@@ -5,7 +5,8 @@ import type { SqlExecutor } from '../db/sql.js';
 import { badRequest } from '../http/errors.js';
 import type { RunBus } from './bus.js';
 import { EventWriter, LiveLog } from './live-log.js';
-import { type NewRun, retryTransient, runStore } from './store.js';
+import { backoffMs, DEFAULT_RETRY_POLICY, givingUp, maxAttemptsFor, type RetryPolicy } from './retry.js';
+import { type NewRun, retryTransient, runStore, WORKER_LOST_REASON } from './store.js';
 import {
   type FinalWrites,
   isTerminalEvent,
@@ -48,9 +49,12 @@ export interface RunEngineOptions {
    * died (their lease expired), refunding what they did not use.
    */
   onSweep?: () => Promise<unknown>;
+  /** Executions per kind and the backoff between them (docs/run-engine.md, "Retries"). */
+  retry?: RetryPolicy;
 }
 
-export const WORKER_LOST_ERROR = 'Worker lost: the run lease expired';
+/** The error of a run whose worker died on its only attempt (a turn). */
+export const WORKER_LOST_ERROR = WORKER_LOST_REASON;
 const SHUTDOWN_ERROR = 'Server shut down during the run';
 
 interface Execution {
@@ -77,6 +81,7 @@ export class RunEngine {
   private readonly pollMs: number;
   private readonly concurrency: number;
   private readonly turnConcurrency: number;
+  private readonly retry: RetryPolicy;
   private stopped = true;
   private wake: (() => void) | undefined;
   private loopDone: Promise<void> | undefined;
@@ -98,6 +103,7 @@ export class RunEngine {
     this.pollMs = opts.pollMs ?? 1000;
     this.concurrency = opts.concurrency ?? 4;
     this.turnConcurrency = this.concurrency === 0 ? 0 : (opts.turnConcurrency ?? 256);
+    this.retry = opts.retry ?? DEFAULT_RETRY_POLICY;
     this.writer = new EventWriter({
       em: opts.em,
       sql: opts.sql,
@@ -160,9 +166,17 @@ export class RunEngine {
     await this.opts.bus.close();
   }
 
+  /** Executions a new run of `kind` is allowed: one, plus the retries of its kind. */
+  maxAttempts(kind: RunKind): number {
+    return maxAttemptsFor(this.retry, kind);
+  }
+
   /** Creates a pending run and wakes the workers (of every process). */
   async createRun(em: EntityManager, run: NewRun): Promise<RunRecord> {
-    const created = await runStore.insertRun(em, run);
+    const created = await runStore.insertRun(em, {
+      ...run,
+      maxAttempts: run.maxAttempts ?? this.maxAttempts(run.kind),
+    });
     await this.opts.bus.publish({ t: 'wake' });
     return created;
   }
@@ -336,7 +350,7 @@ export class RunEngine {
           if (kinds.length < this.executors.size) this.starved = true;
           if (kinds.length === 0) break;
           this.claimAttempts++;
-          const run = await runStore.claim(this.opts.em(), this.workerId, this.leaseMs, kinds);
+          const run = await runStore.claim(this.opts.em(), this.workerId, this.leaseMs, kinds, this.retry);
           if (!run) break;
           this.execute(run);
         }
@@ -357,8 +371,9 @@ export class RunEngine {
   }
 
   /**
-   * Settles tool calls past their deadline, so a forgotten call never wedges a run, and
-   * writes `run.cancelled` for cancelled runs whose worker died before it could.
+   * Settles tool calls past their deadline, so a forgotten call never wedges a run, writes
+   * `run.cancelled` for cancelled runs whose worker died before it could, and fails the runs
+   * whose worker died on their last attempt (they are never claimed again).
    */
   private async sweep(): Promise<void> {
     if (Date.now() - this.lastSweep < this.pollMs) return;
@@ -370,6 +385,14 @@ export class RunEngine {
     for (const id of await runStore.abandonedCancels(em)) {
       const ev = await runStore.finishCancel(em, id, null);
       if (ev) await this.opts.bus.publish({ t: 'event', runId: id, seq: ev.seq });
+    }
+    for (const run of await runStore.failExhausted(em)) {
+      this.opts.log.warn(
+        { runId: run.id, kind: run.kind, attempts: run.attempts },
+        run.error ?? 'run failed',
+      );
+      await this.opts.bus.publish({ t: 'event', runId: run.id, seq: run.lastSeq });
+      await this.tellFailed(run, run.error ?? WORKER_LOST_REASON);
     }
     await this.opts
       .onSweep?.()
@@ -436,11 +459,6 @@ export class RunEngine {
     heartbeat.unref();
     const log = this.opts.log.child({ runId: run.id, kind: run.kind });
     try {
-      if (run.recovered && run.attempts > run.maxAttempts) {
-        await this.finish(live, 'failed', { error: WORKER_LOST_ERROR }, WORKER_LOST_ERROR);
-        await this.tellFailed(run, WORKER_LOST_ERROR);
-        return false;
-      }
       if (run.recovered) log.warn({ attempt: run.attempts }, 'recovering a run whose worker died');
       const executor = this.executors.get(run.kind);
       if (!executor) throw new Error(`No executor for run kind ${run.kind}`);
@@ -462,6 +480,7 @@ export class RunEngine {
         local,
       };
       let outcome: RunOutcome;
+      let threw = false;
       try {
         outcome = await executor.execute(exec);
       } catch (err) {
@@ -469,8 +488,15 @@ export class RunEngine {
           await this.afterAbort(run, live, controller.signal.reason);
           return false;
         }
-        log.error({ err }, 'run executor failed');
-        outcome = { status: 'failed', error: err instanceof Error ? err.message : String(err) };
+        log.error({ err, attempt: run.attempts }, 'run executor failed');
+        const reason = err instanceof Error ? err.message : String(err);
+        // It threw rather than deciding the outcome: another execution may fare better.
+        if (run.attempts < run.maxAttempts) {
+          await this.retryLater(run, live, reason);
+          return false;
+        }
+        outcome = { status: 'failed', error: givingUp(reason, run.attempts, run.maxAttempts) };
+        threw = true;
       }
       if (
         controller.signal.aborted &&
@@ -494,7 +520,9 @@ export class RunEngine {
       } else if (outcome.status === 'completed') {
         return await this.finish(live, 'completed', outcome.payload ?? {}, null, outcome.final);
       } else {
-        return await this.finish(live, 'failed', { error: outcome.error }, outcome.error);
+        const quiet = await this.finish(live, 'failed', { error: outcome.error }, outcome.error);
+        if (threw) await this.tellFailed(run, outcome.error);
+        return quiet;
       }
     } catch (err) {
       log.error({ err }, 'run execution failed');
@@ -531,17 +559,35 @@ export class RunEngine {
     const current = await runStore.getRun(this.opts.em(), run.id);
     if (current?.status !== 'running' || current.leaseOwner !== this.workerId) return;
     if (current.attempts < current.maxAttempts) {
-      // Let another process take it over at once.
-      await this.opts
-        .em()
-        .execute('update runs set lease_expires_at = now() where id = ? and lease_owner = ?', [
-          run.id,
-          this.workerId,
-        ]);
+      // Let another process take it over at once (a shutdown is no fault of the run).
+      await runStore.release(this.opts.em(), run.id, this.workerId, 0, null);
     } else {
       await this.finish(live, 'failed', { error: SHUTDOWN_ERROR }, SHUTDOWN_ERROR);
       await this.tellFailed(run, SHUTDOWN_ERROR);
     }
+  }
+
+  /**
+   * Writes what readers were shown and releases the run for another execution after the
+   * backoff of its attempts; a run cancelled meanwhile gets its `run.cancelled` instead.
+   */
+  private async retryLater(run: RunRecord, live: LiveLog, reason: string): Promise<void> {
+    const em = this.opts.em();
+    const pending = await this.writer.drain(live);
+    if (pending.length > 0) {
+      await runStore.writeEvents(em, this.workerId, pending, this.notification(run.id));
+      live.markWritten((pending.at(-1) as RunEvent).seq);
+    }
+    const wait = backoffMs(this.retry, run.attempts);
+    if (await runStore.release(em, run.id, this.workerId, wait, reason)) {
+      this.opts.log.warn(
+        { runId: run.id, attempt: run.attempts, retryInMs: wait },
+        'run released for a retry',
+      );
+      return;
+    }
+    const ev = await runStore.finishCancel(em, run.id, this.workerId, [], this.notification(run.id));
+    if (ev) this.deliverWritten(live, ev);
   }
 
   /** The executor's `failed` hook, for a run the engine failed on its behalf. */

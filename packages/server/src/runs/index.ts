@@ -4,9 +4,11 @@ import type { Config } from '../config.js';
 import type { SqlExecutor } from '../db/sql.js';
 import { RunBus } from './bus.js';
 import { RunEngine } from './engine.js';
+import { retryPolicyFromEnv } from './retry.js';
 
 export { RunBus } from './bus.js';
 export { RunEngine, WORKER_LOST_ERROR } from './engine.js';
+export { backoffMs, givingUp, maxAttemptsFor, type RetryPolicy, retryPolicyFromEnv } from './retry.js';
 export { isTransientConflict, isUniqueViolation, retryTransient, runStore } from './store.js';
 export * from './types.js';
 
@@ -19,7 +21,9 @@ const intEnv = (v: string | undefined, fallback: number) => {
  * The run engine of this process. `RUN_LEASE_MS` (30000), `RUN_POLL_INTERVAL_MS` (1000),
  * `RUN_WORKER_CONCURRENCY` (4 autonomous runs; 0 = this process serves HTTP only),
  * `RUN_TURN_CONCURRENCY` (256 agent turns), `RUN_EVENT_FLUSH_MS` (40) and
- * `RUN_EVENT_BATCH_MAX` (500) tune it (docs/run-engine.md).
+ * `RUN_EVENT_BATCH_MAX` (500) tune it; `RUN_MAX_RETRIES` (2), `RUN_MAX_RETRIES_<KIND>`,
+ * `RUN_RETRY_BACKOFF_MS` (5000) and `RUN_RETRY_BACKOFF_MAX_MS` (300000) bound retries
+ * (docs/run-engine.md).
  */
 export function createRunEngine(opts: {
   config: Config;
@@ -43,5 +47,6 @@ export function createRunEngine(opts: {
     eventFlushMs: intEnv(env.RUN_EVENT_FLUSH_MS, 40),
     eventBatchMax: Math.max(1, intEnv(env.RUN_EVENT_BATCH_MAX, 500)),
     onSweep: opts.onSweep,
+    retry: retryPolicyFromEnv(env),
   });
 }

@@ -3,6 +3,7 @@ import type { EntityManager } from '@mikro-orm/postgresql';
 import { ACTIVE_API_KEY_WHERE, API_KEY_FROM, TOUCH_API_KEY_CTE } from '../auth/api-keys.js';
 import { emExecutor, type SqlExecutor } from '../db/sql.js';
 import { rateLimitCte, rateLimitCteParams, shardedRateLimit } from '../metering/service.js';
+import { backoffSql, DEFAULT_RETRY_POLICY, type RetryPolicy } from './retry.js';
 import {
   type RunEvent,
   type RunKind,
@@ -13,6 +14,9 @@ import {
 } from './types.js';
 
 type Row = Record<string, unknown>;
+
+/** Why a run whose worker died is executed again, or failed (docs/run-engine.md, "Retries"). */
+export const WORKER_LOST_REASON = 'Worker lost: the run lease expired';
 
 /** The ORM's entity manager (its transaction, if any) or the plain pool. */
 const executor = (db: EntityManager | SqlExecutor): SqlExecutor =>
@@ -41,6 +45,7 @@ export function toRun(r: Row): RunRecord {
     maxAttempts: Number(r.max_attempts),
     lastSeq: Number(r.last_seq),
     error: (r.error as string) ?? null,
+    notBefore: toDate(r.not_before),
     createdAt: toDate(r.created_at) as Date,
     startedAt: toDate(r.started_at),
     completedAt: toDate(r.completed_at),
@@ -410,25 +415,34 @@ export const runStore = {
   },
 
   /**
-   * Leases the oldest claimable run: pending, or running without a live lease and not
-   * waiting on a tool call (a resumed run, or one whose worker died). A run with a serial
-   * key waits while an older run of that key is live.
+   * Leases the oldest claimable run: pending, or running without a live lease and not waiting
+   * on a tool call (a resumed run, one released for a retry or handed back at shutdown, or one
+   * whose worker died). A run with a serial key waits while an older run of that key is live.
+   * Retries wait (docs/run-engine.md, "Retries"): a released run until its `not_before`, a run
+   * whose worker died until its lease expiry plus the backoff of its attempts; one whose worker
+   * died on its last attempt is never claimed (the sweep fails it: `failExhausted`).
+   * `attempts` counts executions that start afresh: a run resumed after a tool call continues
+   * the same attempt.
    */
   async claim(
     em: EntityManager,
     owner: string,
     leaseMs: number,
     kinds: RunKind[],
+    policy: RetryPolicy = DEFAULT_RETRY_POLICY,
   ): Promise<(RunRecord & { recovered: boolean }) | null> {
     if (kinds.length === 0) return null;
+    const backoff = backoffSql(policy, 'r.attempts');
     const rows = await em
       .execute<Row[]>(
         `with c as (
-         select id, lease_owner from runs r
+         select id, lease_owner, status, not_before from runs r
          where r.kind in (${kinds.map(() => '?').join(', ')})
-           and (r.status = 'pending'
+           and (r.status = 'pending' and (r.not_before is null or r.not_before <= now())
                 or (r.status = 'running' and not r.waiting
-                    and (r.lease_owner is null or r.lease_expires_at < now())))
+                    and (r.lease_owner is null and (r.not_before is null or r.not_before <= now())
+                         or r.lease_owner is not null and r.attempts < r.max_attempts
+                            and r.lease_expires_at + ${backoff.sql} < now())))
            and (r.serial_key is null or not exists (
                  select 1 from runs o where o.serial_key = r.serial_key and o.id <> r.id
                    and (o.status = 'running' or (o.status = 'pending' and o.created_at < r.created_at))))
@@ -437,10 +451,14 @@ export const runStore = {
          for update skip locked)
        update runs set status = 'running', lease_owner = ?,
          lease_expires_at = now() + ?::interval, heartbeat_at = now(),
-         attempts = attempts + 1, started_at = coalesce(started_at, now()), updated_at = now()
+         attempts = attempts + case when c.status = 'running' and c.lease_owner is null
+                                     and c.not_before is null then 0 else 1 end,
+         not_before = null,
+         error = case when c.lease_owner is not null then ?::text else runs.error end,
+         started_at = coalesce(started_at, now()), updated_at = now()
        from c where runs.id = c.id
        returning runs.*, c.lease_owner as previous_owner`,
-        [...kinds, owner, ms(leaseMs)],
+        [...kinds, ...backoff.params, owner, ms(leaseMs), WORKER_LOST_REASON],
       )
       // Two workers racing for two runs of one serial key: the unique index refuses the second.
       .catch((err) => {
@@ -450,6 +468,61 @@ export const runStore = {
     const row = rows[0];
     if (!row) return null;
     return { ...toRun(row), recovered: row.previous_owner != null };
+  },
+
+  /**
+   * Releases a run this worker holds for another execution no earlier than `backoffMs` from
+   * now (its executor failed without deciding the outcome), recording why. False when the
+   * lease is no longer ours or the run ended (cancelled meanwhile).
+   */
+  async release(
+    em: EntityManager,
+    runId: string,
+    owner: string,
+    backoffMs: number,
+    error: string | null,
+  ): Promise<boolean> {
+    const rows = await em.execute<Row[]>(
+      `update runs set lease_owner = null, lease_expires_at = null, waiting = false,
+         not_before = now() + ?::interval, error = coalesce(?::text, error), updated_at = now()
+       where id = ? and lease_owner = ? and status = 'running' returning id`,
+      [ms(backoffMs), error, runId, owner],
+    );
+    return rows.length > 0;
+  },
+
+  /**
+   * Fails, in one statement, the runs whose worker died (lease expired) on their last attempt:
+   * status, error, lease released, pending tool calls failed, `run.failed` appended after the
+   * written log. Never executed again, not even briefly. Returns the runs failed.
+   */
+  async failExhausted(em: EntityManager, limit = 50): Promise<RunRecord[]> {
+    const rows = await em.execute<Row[]>(
+      `with x as (
+         select id from runs
+         where status = 'running' and not waiting and lease_owner is not null
+           and lease_expires_at < now() and attempts >= max_attempts
+         order by lease_expires_at limit ? for update skip locked
+       ), upd as (
+         update runs r set status = 'failed', completed_at = now(), updated_at = now(),
+           error = case when r.max_attempts > 1
+                        then ?::text || '; giving up after ' || r.attempts || ' attempts' else ?::text end,
+           lease_owner = null, lease_expires_at = null, waiting = false, last_seq = r.last_seq + 1
+         from x where r.id = x.id
+         returning r.*
+       ), tc as (
+         update tool_calls set status = 'failed', error = 'Run failed', completed_at = now()
+         where run_id in (select id from upd) and status = 'pending'
+         returning 1
+       ), ev as (
+         insert into run_events (run_id, seq, type, payload)
+         select id, last_seq, 'run.failed', jsonb_build_object('runId', id, 'error', error) from upd
+         returning 1
+       )
+       select upd.*, (select count(*) from tc) as failed_calls, (select count(*) from ev) as written from upd`,
+      [limit, WORKER_LOST_REASON, WORKER_LOST_REASON],
+    );
+    return rows.map(toRun);
   },
 
   /**
@@ -773,15 +846,6 @@ export const runStore = {
       [runId, runId],
     );
     return rows.length > 0;
-  },
-
-  /** Runs whose worker died and that have used all their attempts: to be failed. */
-  async exhaustedLeases(em: EntityManager): Promise<string[]> {
-    const rows = await em.execute<Row[]>(
-      `select id from runs where status = 'running' and not waiting and lease_owner is not null
-         and lease_expires_at < now() and attempts >= max_attempts limit 50`,
-    );
-    return rows.map((r) => r.id as string);
   },
 
   async insertToolCall(

@@ -23,6 +23,8 @@ export interface RunRecord {
   maxAttempts: number;
   lastSeq: number;
   error: string | null;
+  /** A run released for a retry is not claimed before this (docs/run-engine.md, "Retries"). */
+  notBefore: Date | null;
   createdAt: Date;
   startedAt: Date | null;
   completedAt: Date | null;

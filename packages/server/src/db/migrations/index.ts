@@ -3,6 +3,7 @@ import { Migration202611250100_user_identities } from './Migration202611250100_u
 import { Migration202611250300_rag_index_runs } from './Migration202611250300_rag_index_runs.js';
 import { Migration202611260100_rag_lexeme_df } from './Migration202611260100_rag_lexeme_df.js';
 import { Migration202611260200_rag_vector_index } from './Migration202611260200_rag_vector_index.js';
+import { Migration202611270100_run_retry_backoff } from './Migration202611270100_run_retry_backoff.js';
 import { Migration20261121000000_foundation } from './Migration20261121000000_foundation.js';
 import { Migration20261121010000_metering } from './Migration20261121010000_metering.js';
 import { Migration20261121020000_storage } from './Migration20261121020000_storage.js';
@@ -48,4 +49,5 @@ export const migrationsList: MigrationObject[] = [
   { name: 'Migration202611250300_rag_index_runs', class: Migration202611250300_rag_index_runs },
   { name: 'Migration202611260200_rag_vector_index', class: Migration202611260200_rag_vector_index },
   { name: 'Migration202611260100_rag_lexeme_df', class: Migration202611260100_rag_lexeme_df },
+  { name: 'Migration202611270100_run_retry_backoff', class: Migration202611270100_run_retry_backoff },
 ];

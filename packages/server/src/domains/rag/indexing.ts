@@ -13,11 +13,6 @@ import { MAX_FILE_BYTES, RagService, ResumeMismatchError } from './service.js';
 export const RAG_INDEX_KIND = 'rag_index' as const;
 /** The metered endpoint of background indexing (usage records, credit holds). */
 export const RAG_INDEX_ENDPOINT = '/workspaces/{workspaceId}/storage/files/{fileId}/index';
-/**
- * Executions of one indexing run before it fails: a worker that dies (or a graceful shutdown)
- * hands it to the next; a file that kills its worker every time fails after this many.
- */
-export const RAG_INDEX_MAX_ATTEMPTS = 3;
 
 /** What a run of kind `rag_index` carries in `input`. */
 interface IndexInput {
@@ -42,6 +37,35 @@ export interface IndexRequestResult {
 }
 
 const serialKey = (documentId: string) => `rag-document:${documentId}`;
+
+/** The error of a document whose indexing run an operator cancelled (`pnpm cli jobs cancel`). */
+export const OPERATOR_CANCEL_ERROR = 'Cancelled by an operator';
+
+/**
+ * A cancelled indexing run's document: `failed` with `Cancelled by an operator` unless it had
+ * already ended, and no chunks left while it stays so (chunks a worker stored before it saw
+ * the cancel included). Safe to run more than once; a document queued again meanwhile (a new
+ * indexing request) is left to its new run.
+ */
+export async function markIndexCancelled(em: EntityManager, documentId: string): Promise<void> {
+  const rows = await em.execute<{ storage_file_id: string | null }[]>(
+    `update rag_documents set status = 'failed', error = ?, chunk_count = 0, updated_at = now()
+     where id = ? and status in ('queued', 'processing') returning storage_file_id`,
+    [OPERATOR_CANCEL_ERROR, documentId],
+  );
+  const fileId = rows[0]?.storage_file_id;
+  if (fileId) {
+    await em.execute(
+      `update storage_files set index_status = 'failed', is_indexed = false, updated_at = now() where id = ?`,
+      [fileId],
+    );
+  }
+  await em.execute(
+    `delete from rag_chunks where document_id = ? and exists (
+       select 1 from rag_documents where id = ? and status = 'failed' and error = ?)`,
+    [documentId, documentId, OPERATOR_CANCEL_ERROR],
+  );
+}
 
 /**
  * Queues the indexing of a storage file (docs/rag.md, "Storage files"): the file's document
@@ -120,7 +144,8 @@ export async function requestIndexing(
         requestId: input.requestId,
         apiKeyId: input.apiKeyId,
       } satisfies IndexInput,
-      maxAttempts: RAG_INDEX_MAX_ATTEMPTS,
+      // A file that kills its worker every time fails after this many (docs/run-engine.md).
+      maxAttempts: deps.runs.maxAttempts(RAG_INDEX_KIND),
     });
     return { documentId: docId, runId: run.id, created: true };
   });
@@ -154,7 +179,10 @@ export function createRagIndexExecutor(deps: ServerDeps): RunExecutor {
       const doc = rows[0];
       // The file (and so its document) was deleted or replaced meanwhile: nothing to index.
       if (!doc) return { status: 'completed', payload: { documentId: input.documentId, skipped: true } };
-      await rag.setStatus(doc.id, 'processing');
+      // A document no longer waiting for this run (an operator's cancel) is left as it is.
+      if (!(await rag.setStatus(doc.id, 'processing', { from: ['queued', 'processing'] }))) {
+        return { status: 'completed', payload: { documentId: doc.id, skipped: true } };
+      }
       await exec.emit('index.processing', { documentId: doc.id, attempt: exec.run.attempts });
       const model = rag.embeddingModel()?.id ?? null;
       const previous = exec.run.state as IndexState | null;
@@ -190,7 +218,10 @@ export function createRagIndexExecutor(deps: ServerDeps): RunExecutor {
                 await exec.emit('index.progress', { documentId: doc.id, chunks });
               },
             });
-            await rag.setStatus(doc.id, 'ready', { chunks });
+            // Not over an operator's cancel that landed while the last batch was stored.
+            if (!(await rag.setStatus(doc.id, 'ready', { chunks, from: ['processing'] }))) {
+              await markIndexCancelled(em, doc.id);
+            }
             return { status: 'completed', payload: { documentId: doc.id, chunks } };
           } catch (err) {
             // The document no longer chunks as before the interruption: from the start.
@@ -202,7 +233,10 @@ export function createRagIndexExecutor(deps: ServerDeps): RunExecutor {
           }
         }
       } catch (err) {
-        if (exec.signal.aborted) throw err; // shutdown, lost lease: the next execution continues
+        if (exec.signal.aborted) {
+          if (exec.signal.reason === 'cancelled') await markIndexCancelled(em, doc.id);
+          throw err; // shutdown, lost lease: the next execution continues
+        }
         const known = err instanceof ExtractionError || err instanceof AppError;
         const message = known ? err.message : 'Failed to index the document';
         if (!known) deps.log.error({ err, documentId: doc.id }, 'document indexing failed');

@@ -399,16 +399,23 @@ export class RagService {
     return toDocumentDto(rows[0] as DocumentRow);
   }
 
+  /**
+   * Sets a document's status (and its storage file's). With `from`, only a document still in
+   * one of those statuses changes (an operator's cancel is not overwritten). True when it did.
+   */
   async setStatus(
     documentId: string,
     status: DocumentDto['status'],
-    extra: { error?: string | null; chunks?: number } = {},
-  ): Promise<void> {
+    extra: { error?: string | null; chunks?: number; from?: DocumentDto['status'][] } = {},
+  ): Promise<boolean> {
+    const from = extra.from ?? [];
     const rows = await this.em.execute<{ storage_file_id: string | null }[]>(
       `update rag_documents set status = ?, error = ?, chunk_count = coalesce(?, chunk_count), updated_at = now()
-       where id = ? returning storage_file_id`,
-      [status, extra.error ?? null, extra.chunks ?? null, documentId],
+       where id = ?${from.length ? ` and status in (${from.map(() => '?').join(', ')})` : ''}
+       returning storage_file_id`,
+      [status, extra.error ?? null, extra.chunks ?? null, documentId, ...from],
     );
+    if (rows.length === 0) return false;
     const fileId = rows[0]?.storage_file_id;
     if (fileId) {
       await this.em.execute(
@@ -416,6 +423,7 @@ export class RagService {
         [status, status === 'ready', fileId],
       );
     }
+    return true;
   }
 
   async listDocuments(workspaceId: string): Promise<DocumentDto[]> {

@@ -108,7 +108,6 @@ export class RunsService {
     }
     const { webhookUrl: _w, ...storedMeta } = meta;
     const runId = randomUUID();
-    const env = this.deps.config.env;
     const created = await this.em.transactional(async (tx) => {
       // The idempotency claim comes first: a concurrent post with the same key waits here on
       // the unique index until this transaction ends, then finds the key taken.
@@ -159,7 +158,7 @@ export class RunsService {
         appId: agent.id,
         sessionId,
         serialKey: `session:${sessionId}`,
-        maxAttempts: Math.max(1, intEnv(env.RUN_AUTONOMOUS_MAX_ATTEMPTS, 2)),
+        maxAttempts: this.deps.runs.maxAttempts('autonomous'),
         input: {
           message: body.task,
           model: null,
