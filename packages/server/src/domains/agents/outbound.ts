@@ -134,20 +134,49 @@ export function isAddressAllowed(address: string, hostname: string, policy: Outb
   return isPublicAddress(addr);
 }
 
-function guardedLookup(hostname: string, policy: OutboundPolicy): net.LookupFunction {
+/** Every address a host name resolves to (the system resolver: `getaddrinfo`). */
+export type HostResolver = (host: string) => Promise<dns.LookupAddress[]>;
+
+const systemResolver: HostResolver = (host) => dns.promises.lookup(host, { all: true });
+let resolver: HostResolver = systemResolver;
+
+/**
+ * Replaces the resolver both the URL check and the connection's lookup use, until the returned
+ * function restores it. Only tests call it: a resolver that answers a public address once and a
+ * private one afterwards is how DNS rebinding looks from here.
+ */
+export function setHostResolverForTests(fn: HostResolver): () => void {
+  resolver = fn;
+  return () => {
+    resolver = systemResolver;
+  };
+}
+
+/**
+ * The `lookup` of every outbound connection made for a caller: resolves `host` and refuses,
+ * before any connection, a name any of whose addresses the policy blocks. The check and the
+ * connection use the same answer, so a name that resolves elsewhere by the time of the
+ * connection (DNS rebinding) is judged by the address actually dialled.
+ */
+export function guardedLookup(policy: OutboundPolicy): net.LookupFunction {
   return (host, options, callback) => {
-    dns.lookup(host, { ...options, all: true }, (err, addresses) => {
-      if (err) return callback(err, '', 0);
-      const list = addresses as dns.LookupAddress[];
-      const ok = list.filter((a) => isAddressAllowed(a.address, hostname, policy));
-      if (ok.length === 0 || ok.length !== list.length) {
-        return callback(new OutboundBlockedError(`Blocked address for ${hostname}`), '', 0);
-      }
-      if ((options as { all?: boolean }).all)
-        return (callback as (e: null, a: dns.LookupAddress[]) => void)(null, ok);
-      const first = ok[0] as dns.LookupAddress;
-      callback(null, first.address, first.family);
-    });
+    const name = host.replace(/^\[|\]$/g, '');
+    const answer = net.isIP(name)
+      ? Promise.resolve([{ address: name, family: net.isIP(name) }])
+      : resolver(name);
+    answer.then(
+      (list) => {
+        const ok = list.filter((a) => isAddressAllowed(a.address, name, policy));
+        if (ok.length === 0 || ok.length !== list.length) {
+          return callback(new OutboundBlockedError(`Blocked address for ${name}`), '', 0);
+        }
+        if ((options as { all?: boolean }).all)
+          return (callback as (e: null, a: dns.LookupAddress[]) => void)(null, ok);
+        const first = ok[0] as dns.LookupAddress;
+        callback(null, first.address, first.family);
+      },
+      (err: NodeJS.ErrnoException) => callback(err, '', 0),
+    );
   };
 }
 
@@ -157,7 +186,7 @@ export async function assertUrlAllowed(url: URL, policy: OutboundPolicy): Promis
     throw new OutboundBlockedError(`Only http and https URLs are allowed`);
   }
   const host = url.hostname.replace(/^\[|\]$/g, '');
-  const addresses = net.isIP(host) ? [{ address: host }] : await dns.promises.lookup(host, { all: true });
+  const addresses = net.isIP(host) ? [{ address: host }] : await resolver(host);
   for (const a of addresses) {
     if (!isAddressAllowed(a.address, host, policy)) {
       throw new OutboundBlockedError(`Refusing to connect to ${host}: private or reserved address`);
@@ -231,7 +260,6 @@ export async function outboundRequest(
 }
 
 function requestOnce(url: URL, opts: Parameters<typeof outboundRequest>[1]): Promise<OutboundResponse> {
-  const host = url.hostname.replace(/^\[|\]$/g, '');
   const lib = url.protocol === 'https:' ? https : http;
   return new Promise((resolve, reject) => {
     const req = lib.request(
@@ -245,7 +273,7 @@ function requestOnce(url: URL, opts: Parameters<typeof outboundRequest>[1]): Pro
           // many signature verifiers) read exactly Content-Length bytes and see nothing otherwise.
           ...(opts.body !== undefined ? { 'content-length': String(Buffer.byteLength(opts.body)) } : {}),
         },
-        lookup: guardedLookup(host, opts.policy),
+        lookup: guardedLookup(opts.policy),
         signal: opts.signal,
       },
       (res) => {

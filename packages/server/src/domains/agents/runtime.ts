@@ -19,6 +19,7 @@ import type { FinalWrites, RunExecution, RunExecutor, RunKind, RunOutcome } from
 import { RunGoneError, runStore } from '../../runs/index.js';
 import { coalesceWindowMs, TextCoalescer } from '../../runs/text-coalescer.js';
 import { effectiveConfig } from './config.js';
+import { TOOL_RESPONSE_MAX_BYTES } from './guarded-fetch.js';
 import { parseAllowlist } from './outbound.js';
 import type { AgentConfig } from './schema.js';
 import { type AgentRow, toAgent } from './service.js';
@@ -92,6 +93,7 @@ export class TurnExecutor implements RunExecutor {
       searchProviders: webSearchProvidersFromEnv(env),
       signingSecret: deps.config.signingSecret as string,
       callbackTimeoutMs: num(env.AGENT_CALLBACK_TIMEOUT_MS, 30_000),
+      toolResponseMaxBytes: num(env.AGENT_TOOL_RESPONSE_MAX_BYTES, TOOL_RESPONSE_MAX_BYTES),
       fetchMaxBytes: num(env.WEB_FETCH_MAX_BYTES, 2_000_000),
       fetchTimeoutMs: num(env.WEB_FETCH_TIMEOUT_MS, 15_000),
     };

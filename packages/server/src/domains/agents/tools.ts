@@ -8,6 +8,7 @@ import { type WebSearchProvider, webSearch } from '../../providers/web-search.js
 import { catalogService } from '../catalogs/service.js';
 import { connectedServers } from '../tool-servers/service.js';
 import { callbackSecret } from './config.js';
+import { guardedFetch, RESPONSE_TOO_LARGE } from './guarded-fetch.js';
 import { loadMcpClient } from './mcp-client.js';
 import {
   assertUrlAllowed,
@@ -37,6 +38,8 @@ export interface ToolEnv {
   searchProviders: Map<string, WebSearchProvider>;
   signingSecret: string;
   callbackTimeoutMs: number;
+  /** The largest answer a callback or an MCP server may send to one request. */
+  toolResponseMaxBytes: number;
   fetchMaxBytes: number;
   fetchTimeoutMs: number;
 }
@@ -205,7 +208,18 @@ export async function buildToolset(
       const client = new Client({ name: 'ai-suite-agent', version: '1.0.0' });
       const transport = new StreamableHTTPClientTransport(url, {
         requestInit: { headers: server.headers ?? {}, signal },
+        // Every connection through the guard's lookup (DNS rebinding), every answer bounded.
+        fetch: guardedFetch(env.policy, { maxBytes: env.toolResponseMaxBytes }),
       });
+      // An answer cut at the bound inside an event stream reaches the SDK as a dropped stream,
+      // not as the failure of the call it carried: the calls in flight fail at once instead of
+      // waiting out their timeout.
+      let oversize = new AbortController();
+      client.onerror = (err) => {
+        if (!(err instanceof Error) || !err.message.includes(RESPONSE_TOO_LARGE)) return;
+        oversize.abort(new ToolError(`MCP server answer exceeds ${env.toolResponseMaxBytes} bytes`));
+        oversize = new AbortController();
+      };
       await client.connect(transport, { signal, timeout: 15_000 });
       connections.push({ client, transport });
       const listed = await client.listTools(undefined, { signal, timeout: 15_000 });
@@ -216,10 +230,15 @@ export async function buildToolset(
           owner: 'mcp',
           definition: { name, description: tool.description, parameters: schemaOf(tool.inputSchema) },
           run: async (args, s) => {
-            const res = await client.callTool({ name: tool.name, arguments: args }, undefined, {
-              signal: s,
-              timeout: env.callbackTimeoutMs,
-            });
+            const cut = oversize.signal;
+            const res = await client
+              .callTool({ name: tool.name, arguments: args }, undefined, {
+                signal: AbortSignal.any([s, cut]),
+                timeout: env.callbackTimeoutMs,
+              })
+              .catch((err) => {
+                throw cut.aborted && !s.aborted ? cut.reason : err;
+              });
             const content = (res.content ?? []) as { type: string; text?: string }[];
             const text = content
               .filter((c) => c.type === 'text')
@@ -302,9 +321,12 @@ async function callCallback(
     },
     body,
     timeoutMs: env.callbackTimeoutMs,
-    maxBytes: 1024 * 1024,
+    maxBytes: env.toolResponseMaxBytes,
     signal,
   });
+  if (res.truncated) {
+    throw new ToolError(`Callback answer exceeds ${env.toolResponseMaxBytes} bytes`);
+  }
   const text = res.body.toString('utf8');
   if (res.status < 200 || res.status >= 300) {
     throw new ToolError(`Callback answered ${res.status}${text ? `: ${text.slice(0, 500)}` : ''}`);

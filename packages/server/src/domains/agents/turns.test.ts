@@ -1,5 +1,5 @@
 import { createHmac } from 'node:crypto';
-import { type HttpFixture, startHttpFixture } from '@ai-suite/testkit';
+import { type HttpFixture, startHttpFixture, startTestMcpServer } from '@ai-suite/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   createTestWorkspace,
@@ -368,6 +368,55 @@ describe('callback tools', () => {
     const done = events.find((e) => e.data.type === 'tool_call.completed');
     expect(done?.data).toMatchObject({ status: 'error', error: expect.stringContaining('500') });
     expect(events.at(-1)?.data.type).toBe('run.completed');
+  });
+});
+
+describe('callback and MCP answers', () => {
+  it('an answer above AGENT_TOOL_RESPONSE_MAX_BYTES is a tool error, not read whole or passed on', async () => {
+    callbackReply = () => ({ body: { result: 'x'.repeat(2 * 1024 * 1024) } });
+    const { sessionId } = await createAgentWithSession(ts, ws.apiKey, {
+      name: 'Verbose',
+      config: { customTools: [{ name: 'dump', callbackUrl: `${callbacks.url}/dump` }] },
+    });
+    ts.fake.script({ toolCalls: [{ id: 'd1', name: 'dump', arguments: '{}' }] }, { text: 'Too much.' });
+    const events = await (await openTurn(ts, ws.apiKey, sessionId, { message: 'dump' })).rest();
+    const done = events.find((e) => e.data.type === 'tool_call.completed');
+    expect(done?.data).toMatchObject({ status: 'error', error: 'Callback answer exceeds 1048576 bytes' });
+    // The model got the error, not megabytes of text.
+    const toolMessage = ts.fake.requests.at(-1)?.body.messages.find((m: any) => m.role === 'tool');
+    expect(String(toolMessage?.content).length).toBeLessThan(1000);
+    expect(events.at(-1)?.data.type).toBe('run.completed');
+  });
+
+  it('an MCP tool result above the bound fails that call; the stream is cut as it arrives', async () => {
+    const mcp = await startTestMcpServer([
+      { name: 'dump', description: 'Dumps a lot', handler: () => 'y'.repeat(3 * 1024 * 1024) },
+      { name: 'small', description: 'Answers briefly', handler: () => 'ok' },
+    ]);
+    try {
+      const { sessionId } = await createAgentWithSession(ts, ws.apiKey, {
+        name: 'Verbose MCP',
+        config: { capabilities: { mcp_servers: [{ name: 'big', url: mcp.url }] } },
+      });
+      ts.fake.script(
+        { toolCalls: [{ id: 'm1', name: 'big__dump', arguments: '{}' }] },
+        { toolCalls: [{ id: 'm2', name: 'big__small', arguments: '{}' }] },
+        { text: 'Done.' },
+      );
+      const events = await (await openTurn(ts, ws.apiKey, sessionId, { message: 'dump' })).rest();
+      const done = events.filter((e) => e.data.type === 'tool_call.completed').map((e) => e.data);
+      expect(done[0]).toMatchObject({
+        name: 'big__dump',
+        status: 'error',
+        error: 'MCP server answer exceeds 1048576 bytes',
+      });
+      expect(String(done[0]?.error).length).toBeLessThan(2000);
+      // The session still works for the next call.
+      expect(done[1]).toMatchObject({ name: 'big__small', status: 'completed' });
+      expect(events.at(-1)?.data.type).toBe('run.completed');
+    } finally {
+      await mcp.close();
+    }
   });
 });
 

@@ -3,6 +3,7 @@ import type { EntityManager } from '@mikro-orm/postgresql';
 import { openSecret, sealSecret } from '../../auth/secret-box.js';
 import { AppError, badRequest, conflict, notFound } from '../../http/errors.js';
 import { isUuid } from '../agents/config.js';
+import { guardedFetch, TOOL_RESPONSE_MAX_BYTES } from '../agents/guarded-fetch.js';
 import { loadMcpClient } from '../agents/mcp-client.js';
 import { assertOutboundUrlAccepted, type OutboundPolicy } from '../agents/outbound.js';
 
@@ -59,7 +60,11 @@ export async function probeMcpServer(
   const { Client, StreamableHTTPClientTransport } = await loadMcpClient();
   const client = new Client({ name: 'ai-suite-connect', version: '1.0.0' });
   const signal = AbortSignal.timeout(PROBE_TIMEOUT_MS);
-  const transport = new StreamableHTTPClientTransport(new URL(url), { requestInit: { headers, signal } });
+  const transport = new StreamableHTTPClientTransport(new URL(url), {
+    requestInit: { headers, signal },
+    // The URL was checked above; the connection is checked again as it is made (DNS rebinding).
+    fetch: guardedFetch(policy, { maxBytes: TOOL_RESPONSE_MAX_BYTES }),
+  });
   try {
     await client.connect(transport, { signal, timeout: PROBE_TIMEOUT_MS });
     const listed = await client.listTools(undefined, { signal, timeout: PROBE_TIMEOUT_MS });
