@@ -73,19 +73,47 @@ function allowedOrigins(req: Request, deps: ServerDeps): string[] {
  */
 export function assertSameOrigin(req: Request, deps: ServerDeps): void {
   if (!UNSAFE_METHODS.has(req.method)) return;
-  const origin = req.headers.origin;
-  let claimed: string | undefined;
-  if (origin && origin !== 'null') claimed = normalizeOrigin(origin);
-  else if (!origin && req.headers.referer) {
-    try {
-      claimed = normalizeOrigin(new URL(req.headers.referer).origin);
-    } catch {
-      claimed = undefined;
-    }
-  }
+  const claimed = claimedOrigin(req);
   if (!claimed || !allowedOrigins(req, deps).includes(claimed)) {
     throw new AppError(403, 'Cross-site request refused', 'CSRF_REJECTED');
   }
+}
+
+/**
+ * Where a request says it comes from: `Origin`, or `Referer`'s origin when a browser leaves
+ * `Origin` out; `''` for an origin that cannot be trusted (`null`, unparseable); undefined when
+ * the request names none (a program, not a browser).
+ */
+function claimedOrigin(req: Request): string | undefined {
+  const origin = req.headers.origin;
+  if (origin) return origin === 'null' ? '' : (normalizeOrigin(origin) ?? '');
+  if (!req.headers.referer) return undefined;
+  try {
+    return normalizeOrigin(new URL(req.headers.referer).origin) ?? '';
+  } catch {
+    return '';
+  }
+}
+
+/**
+ * Whether a request that opens a session (sign-in, sign-up, invitation accept, workspace
+ * switch) may get it as the session cookie. A browser always says where a POST comes from:
+ * from a trusted origin it gets the cookie; from any other it is refused with 403 before any
+ * work (login CSRF: another site signing a visitor in to an account of its choosing). A
+ * request naming no origin is a program: it gets the token in the body, no cookie.
+ */
+export function sessionCookieAllowed(req: Request, deps: ServerDeps): boolean {
+  const claimed = claimedOrigin(req);
+  if (claimed === undefined) return false;
+  if (!claimed || !allowedOrigins(req, deps).includes(claimed)) {
+    throw new AppError(
+      403,
+      'Sign-in from an untrusted origin refused: add it to AUTH_TRUSTED_ORIGINS if it is yours',
+      'CSRF_REJECTED',
+      { origin: req.headers.origin ?? req.headers.referer ?? null },
+    );
+  }
+  return true;
 }
 
 /**

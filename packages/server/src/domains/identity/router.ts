@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { sessionCredential } from '../../auth/authenticate.js';
+import { sessionCookieAllowed, sessionCredential } from '../../auth/authenticate.js';
 import { clearSessionCookie, setSessionCookie } from '../../auth/cookies.js';
 import { signInThrottle } from '../../auth/throttle.js';
 import { publicProcedure, type RequestContext, router, signedInProcedure } from '../../trpc.js';
@@ -27,12 +27,17 @@ export const clientInfo = (ctx: RequestContext): ClientInfo => ({
   previousToken: sessionCredential(ctx.req)?.token,
 });
 
-/** Sets the cookie of a session just opened or rotated and hands the body back. */
-export function withCookie<T extends { token: string; session: { expiresAt: string } }>(
+/**
+ * Opens a session with `open` and sets its cookie when the request may have it
+ * (`sessionCookieAllowed`, decided first: a foreign origin is refused before any work).
+ */
+export async function withCookie<T extends { token: string; session: { expiresAt: string } }>(
   ctx: RequestContext,
-  body: T,
-): T {
-  setSessionCookie(ctx.req, ctx.res, ctx.deps, body.token, new Date(body.session.expiresAt));
+  open: () => Promise<T>,
+): Promise<T> {
+  const cookie = sessionCookieAllowed(ctx.req, ctx.deps);
+  const body = await open();
+  if (cookie) setSessionCookie(ctx.req, ctx.res, ctx.deps, body.token, new Date(body.session.expiresAt));
   return body;
 }
 
@@ -88,11 +93,11 @@ export const identityRouter = router({
         tags,
         summary: 'Sign in with email and password',
         description:
-          'Opens a session: the token in the body is for `Authorization: Bearer …`; browsers also get it as an HTTP-only `SameSite=Lax` cookie. An unknown email and a wrong password both answer 401 `Invalid email or password`. A session the request carried is revoked.',
+          'Opens a session: the token in the body is for `Authorization: Bearer …`; a browser request from a trusted origin (`PUBLIC_BASE_URL`, `AUTH_TRUSTED_ORIGINS`) also gets it as an HTTP-only `SameSite=Lax` cookie, one from any other origin is refused (403 `CSRF_REJECTED`), a request naming no origin gets no cookie. An unknown email and a wrong password both answer 401 `Invalid email or password`. A session the request carried is revoked.',
         errorResponses: {
           400: 'Validation error',
           401: 'Invalid email or password',
-          403: 'Access denied to workspace (workspaceId is not one of the user’s)',
+          403: 'Access denied to workspace (workspaceId is not one of the user’s); a sign-in from an untrusted origin (CSRF_REJECTED)',
           429: 'Too many failed sign-ins for this account or address (Retry-After)',
         },
       },
@@ -100,7 +105,7 @@ export const identityRouter = router({
     .input(SignInInput)
     .output(SignedInSchema)
     .mutation(async ({ ctx, input }) =>
-      withCookie(ctx, await service(ctx).signInWithPassword(input, clientInfo(ctx))),
+      withCookie(ctx, () => service(ctx).signInWithPassword(input, clientInfo(ctx))),
     ),
 
   signOut: signedInProcedure
@@ -153,7 +158,7 @@ export const identityRouter = router({
     .input(SwitchWorkspaceInput)
     .output(SignedInSchema)
     .mutation(async ({ ctx, input }) =>
-      withCookie(ctx, await service(ctx).switchWorkspace(ctx.session, input.workspaceId)),
+      withCookie(ctx, () => service(ctx).switchWorkspace(ctx.session, input.workspaceId)),
     ),
 
   listSessions: signedInProcedure

@@ -282,7 +282,10 @@ describe('invitations', () => {
     const weak = await accept({ token: body.token, password: 'short' });
     expect(weak.status).toBe(400);
 
-    const ok = await accept({ token: body.token, password: 'a long enough password', name: 'Grace' });
+    const ok = await accept(
+      { token: body.token, password: 'a long enough password', name: 'Grace' },
+      { origin: ts.url },
+    );
     expect(ok.status).toBe(200);
     const signedIn = (await ok.json()) as {
       token: string;

@@ -212,20 +212,21 @@ export const membersRouter = router({
     .input(AcceptInvitationInput)
     .output(SignedInSchema)
     .mutation(async ({ ctx, input }) => {
-      const caller = await optionalSession(ctx);
-      const accepted = await membersService(ctx).acceptInvitation(
-        input.token,
-        { password: input.password, name: input.name },
-        caller,
-        ctx.req.ip ?? null,
-      );
-      const signedIn = await new IdentityService(ctx.em, ctx.deps.identity).openSession(
-        accepted.userId,
-        'invitation',
-        clientInfo(ctx),
-        accepted.workspaceId,
-      );
-      return withCookie(ctx, signedIn);
+      return withCookie(ctx, async () => {
+        const caller = await optionalSession(ctx);
+        const accepted = await membersService(ctx).acceptInvitation(
+          input.token,
+          { password: input.password, name: input.name },
+          caller,
+          ctx.req.ip ?? null,
+        );
+        return new IdentityService(ctx.em, ctx.deps.identity).openSession(
+          accepted.userId,
+          'invitation',
+          clientInfo(ctx),
+          accepted.workspaceId,
+        );
+      });
     }),
 
   signUp: publicProcedure
@@ -248,15 +249,14 @@ export const membersRouter = router({
     .input(SignUpInput)
     .output(SignedInSchema)
     .mutation(async ({ ctx, input }) => {
-      const { userId, workspaceId } = await membersService(ctx).signUp(input);
-      return withCookie(
-        ctx,
-        await new IdentityService(ctx.em, ctx.deps.identity).openSession(
+      return withCookie(ctx, async () => {
+        const { userId, workspaceId } = await membersService(ctx).signUp(input);
+        return new IdentityService(ctx.em, ctx.deps.identity).openSession(
           userId,
           'signup',
           clientInfo(ctx),
           workspaceId,
-        ),
-      );
+        );
+      });
     }),
 });
