@@ -1,6 +1,7 @@
 import type { ServerResponse } from 'node:http';
 import type { NextFunction, Request, Response } from 'express';
 import { z } from 'zod';
+import { isDatabaseUnavailable } from '../db/unavailable.js';
 
 /** The one error body of the API: `{ error, code?, details? }` (spec section 7). */
 export const ErrorBodySchema = z
@@ -46,6 +47,15 @@ export const conflict = (message: string, code?: string, details?: Record<string
   new AppError(409, message, code, details);
 
 export const INVALID_REQUEST_BODY = 'Invalid request body';
+
+/** Seconds a caller is told to wait when the database is unavailable (a restart takes a few). */
+export const UNAVAILABLE_RETRY_AFTER_SECONDS = 5;
+
+/** 503 of spec 7, for a database that is restarting or unreachable: try again shortly. */
+export const serviceUnavailable = () =>
+  new AppError(503, 'Service temporarily unavailable', 'SERVICE_UNAVAILABLE', undefined, {
+    'Retry-After': String(UNAVAILABLE_RETRY_AFTER_SECONDS),
+  });
 
 /** Messages zod writes by itself (as opposed to the spec's own, set on each schema). */
 const ZOD_DEFAULT_MESSAGE =
@@ -114,6 +124,7 @@ export function toAppError(err: unknown): AppError {
     return new AppError(400, INVALID_REQUEST_BODY);
   }
   if (e?.type === 'entity.too.large') return new AppError(413, 'Request body too large');
+  if (isDatabaseUnavailable(err)) return serviceUnavailable();
   return new AppError(500, 'Internal server error', 'INTERNAL_ERROR');
 }
 

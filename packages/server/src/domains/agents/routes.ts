@@ -43,7 +43,10 @@ async function pipeRun(deps: ServerDeps, res: ServerResponse, run: RunRecord, af
     deps.log.error({ err, runId: run.id }, 'agent stream failed');
     const e = toAppError(err);
     sse.sendJson({ type: 'error', code: e.code ?? 'STREAM_ERROR', message: e.message });
-    sse.abort();
+    // A clean end after the error event: a reader on fetch loses what it has not read yet when
+    // the body errors, the event included. The run goes on; the client reconnects with
+    // Last-Event-ID (the SDK does) once the cause has passed.
+    sse.end();
   }
 }
 

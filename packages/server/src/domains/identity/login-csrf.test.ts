@@ -49,12 +49,13 @@ describe('sign-in from another site', () => {
     const sessionsBefore = await count('select count(*) as n from user_sessions where user_id = ?', [
       s.userId,
     ]);
-    for (const headers of [
+    const variants: Record<string, string>[] = [
       { origin: EVIL },
       { origin: 'null' }, // sandboxed frames, data: URLs
       { referer: `${EVIL}/login.html` }, // a browser that left Origin out
       { origin: 'https://ai.example.com.evil.example.net' },
-    ]) {
+    ];
+    for (const headers of variants) {
       const res = await post('/auth/sign-in', { email: s.email, password: s.password }, headers);
       expect(res.status, JSON.stringify(headers)).toBe(403);
       const body = (await res.json()) as typeof REFUSED & { details: { origin: string } };
