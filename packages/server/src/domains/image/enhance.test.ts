@@ -1,7 +1,9 @@
 import { syntheticScanPixels, syntheticScanPng } from '@ai-suite/testkit';
 import sharp from 'sharp';
 import { describe, expect, it } from 'vitest';
-import { enhanceUltrasound } from './enhance.js';
+import { enhanceUltrasound, imageJobs, toPng } from './enhance.js';
+
+const LIMITS = { concurrency: 2, timeoutSeconds: 20 };
 
 const W = 128;
 const H = 128;
@@ -34,7 +36,7 @@ const CYST = [W / 2 - 8, Math.round(H * 0.55) - 8, 16, 16] as const;
 describe('ultrasound enhancement, measured on a synthetic speckled scan', () => {
   it('reduces speckle in flat tissue, raises contrast, and writes a PNG of the same size', async () => {
     const noisy = await syntheticScanPng({ width: W, height: H, seed: 7, speckle: 0.6 });
-    const out = await enhanceUltrasound(noisy, { maxPixels: 10_000_000 });
+    const out = await enhanceUltrasound(noisy, { maxPixels: 10_000_000, ...LIMITS });
 
     const meta = await sharp(out).metadata();
     expect([meta.format, meta.width, meta.height]).toEqual(['png', W, H]);
@@ -65,6 +67,42 @@ describe('ultrasound enhancement, measured on a synthetic speckled scan', () => 
     const big = await sharp({ create: { width: 300, height: 300, channels: 3, background: '#000' } })
       .png()
       .toBuffer();
-    await expect(enhanceUltrasound(big, { maxPixels: 10_000 })).rejects.toThrow(/pixel limit/i);
+    await expect(enhanceUltrasound(big, { maxPixels: 10_000, ...LIMITS })).rejects.toThrow(/pixel limit/i);
+  });
+
+  it('stops a pipeline that runs past its time: sharp aborts it and the call fails', async () => {
+    const noise = await sharp({
+      create: {
+        width: 2500,
+        height: 2500,
+        channels: 3,
+        background: '#777',
+        noise: { type: 'gaussian', mean: 128, sigma: 40 },
+      },
+    })
+      .png()
+      .toBuffer();
+    // A median over 61×61 windows of 6 megapixels takes minutes; the bound is one second.
+    await expect(
+      enhanceUltrasound(noise, { maxPixels: 10_000_000, medianSize: 61, concurrency: 2, timeoutSeconds: 1 }),
+    ).rejects.toThrow(/timeout/i);
+  });
+});
+
+describe('image work on the shared thread pool', () => {
+  it('runs at most `concurrency` pipelines at once in the process; the others wait their turn', async () => {
+    const png = await sharp({ create: { width: 400, height: 400, channels: 3, background: '#345' } })
+      .png()
+      .toBuffer();
+    const limits = { concurrency: 1, timeoutSeconds: 20 };
+    const jobs = [
+      toPng(png, 1_000_000, limits),
+      toPng(png, 1_000_000, limits),
+      toPng(png, 1_000_000, limits),
+    ];
+    expect(imageJobs()).toEqual({ active: 1, waiting: 2 });
+    const out = await Promise.all(jobs);
+    expect(out.every((b) => b.subarray(1, 4).toString() === 'PNG')).toBe(true);
+    expect(imageJobs()).toEqual({ active: 0, waiting: 0 });
   });
 });

@@ -196,13 +196,17 @@ export class ImageService {
         if (err instanceof ImageAbortedError || signal.aborted) status = 'aborted';
         throw err;
       }
+      const processLimits = {
+        concurrency: this.settings.processConcurrency,
+        timeoutSeconds: this.settings.processTimeoutSeconds,
+      };
       let processed: Buffer;
       try {
         await checkImage(out.bytes, { maxBytes: out.bytes.length, maxPixels: this.settings.maxPixels });
         processed =
           profile === 'ultrasound'
-            ? await enhanceUltrasound(out.bytes, { maxPixels: this.settings.maxPixels })
-            : await toPng(out.bytes, this.settings.maxPixels);
+            ? await enhanceUltrasound(out.bytes, { maxPixels: this.settings.maxPixels, ...processLimits })
+            : await toPng(out.bytes, this.settings.maxPixels, processLimits);
       } catch {
         throw new ImageProviderError('the provider returned an image that could not be read');
       }

@@ -14,6 +14,9 @@ export interface ImageSettings {
   preferWaitSeconds: number;
   pollInitialMs: number;
   pollMaxMs: number;
+  /** sharp pipelines at once in this process, and how long one may run (docs/image.md). */
+  processConcurrency: number;
+  processTimeoutSeconds: number;
   /** `auto`: store when objects go to S3; `true` / `false`: always / never by default. */
   storeDefault: 'auto' | 'true' | 'false';
   /** The `ultrasound` profile's default model id (a catalog image model), if set. */
@@ -43,6 +46,8 @@ export function imageSettingsFromEnv(env: Record<string, string | undefined>): I
     preferWaitSeconds: Math.min(60, int(env, 'IMAGE_PREFER_WAIT_SECONDS', 10)),
     pollInitialMs: int(env, 'IMAGE_POLL_INITIAL_MS', 500, 1),
     pollMaxMs: int(env, 'IMAGE_POLL_MAX_MS', 5_000, 1),
+    processConcurrency: int(env, 'IMAGE_PROCESS_CONCURRENCY', 2, 1),
+    processTimeoutSeconds: int(env, 'IMAGE_PROCESS_TIMEOUT_SECONDS', 20, 1),
     storeDefault,
     ultrasoundModel: env.IMAGE_ULTRASOUND_MODEL?.trim() || undefined,
     policy: parseAllowlist(env.OUTBOUND_ALLOWLIST),
