@@ -8,6 +8,8 @@ export interface FakeRepoBranch {
   sha: string;
   /** Relative path → content. A `{ symlink: target }` value becomes a symbolic link entry. */
   files: Record<string, string | Buffer | { symlink: string }>;
+  /** Served as the tarball instead of one built from `files`: hand-made (hostile) archives. */
+  tarball?: Buffer;
 }
 
 export interface FakeRepo {
@@ -107,7 +109,7 @@ export async function startFakeGitHost(repos: Record<string, FakeRepo> = {}): Pr
       return send(repo.tarballStatus, { message: STATUS_TEXT[repo.tarballStatus] ?? 'Error' });
     const branch = repo.branches[decodeURIComponent(ref)];
     if (!branch) return send(404, { message: 'Not Found' });
-    const body = await buildTarball(owner, name, branch);
+    const body = branch.tarball ?? (await buildTarball(owner, name, branch));
     res.statusCode = 200;
     res.setHeader('content-type', 'application/x-gzip');
     res.setHeader(

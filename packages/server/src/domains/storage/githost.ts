@@ -1,4 +1,4 @@
-import { Readable } from 'node:stream';
+import { Readable, Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import zlib from 'node:zlib';
@@ -106,9 +106,11 @@ export async function importFromGitHost(
     externalRef: (path) => ({ provider: 'github', repo: `${owner}/${repo}`, branch, commit, path }),
   });
   const extract = tar.extract();
+  const guard = new TarGuard(limits);
   const feeding = pipeline(
     Readable.fromWeb(res.body as unknown as WebReadableStream<Uint8Array>),
     zlib.createGunzip(),
+    guard,
     extract,
   );
   feeding.catch(() => undefined); // awaited below; keeps an early failure from being unhandled
@@ -118,6 +120,7 @@ export async function importFromGitHost(
   try {
     for await (const entry of extract) {
       const h = entry.header;
+      guard.entry(h.size ?? 0);
       if (stopped) {
         entry.resume();
         continue;
@@ -160,10 +163,68 @@ export async function importFromGitHost(
   } catch (err) {
     extract.destroy();
     await feeding.catch(() => undefined);
+    if (err instanceof TarLimitError) {
+      // As for the entry bounds: what was stored stays, the import says where it stopped.
+      session.error('', err.message);
+      return { ...session.result(), repo: `${owner}/${repo}`, branch };
+    }
     if (err instanceof AppError) throw err;
     throw fetchFailed(502, `Bad Gateway (invalid archive: ${(err as Error).message})`);
   }
   return { ...session.result(), repo: `${owner}/${repo}`, branch };
+}
+
+/**
+ * Bytes an archive may carry besides its entries' own headers and data: pax and long-name
+ * headers (held in memory whole by the parser), data after the end of the archive.
+ */
+export const TAR_MAX_HEADER_BYTES = 1024 * 1024;
+
+class TarLimitError extends Error {
+  override name = 'TarLimitError';
+}
+
+/**
+ * Between the inflater and the tar parser: counts the bytes the archive actually inflates to
+ * (not what its headers declare) and stops it past the import's byte bound plus its entries'
+ * headers; and stops headers the parser would hold in memory whole before it shows an entry
+ * (a pax or long-name header declaring a gigabyte) past `TAR_MAX_HEADER_BYTES`.
+ */
+class TarGuard extends Transform {
+  private inflated = 0;
+  /** Bytes of the entries shown so far: their 512-byte header and their padded data. */
+  private accounted = 0;
+  private entries = 0;
+  constructor(private readonly limits: { maxEntries: number; maxTotalBytes: number }) {
+    super();
+  }
+
+  entry(size: number): void {
+    this.entries++;
+    this.accounted += 512 + Math.ceil(size / 512) * 512;
+  }
+
+  override _transform(
+    chunk: Buffer,
+    _enc: BufferEncoding,
+    done: (err?: Error | null, data?: Buffer) => void,
+  ) {
+    this.inflated += chunk.length;
+    const headers = 2048 * (this.entries + 1);
+    if (this.inflated > this.limits.maxTotalBytes + headers + TAR_MAX_HEADER_BYTES) {
+      done(new TarLimitError(archiveStopMessage(this.limits)));
+      return;
+    }
+    if (this.inflated - this.accounted > TAR_MAX_HEADER_BYTES + headers) {
+      done(
+        new TarLimitError(
+          `Import stopped: the archive holds more than ${TAR_MAX_HEADER_BYTES / 1024 / 1024} MB outside its entries (pax or long-name headers, trailing data)`,
+        ),
+      );
+      return;
+    }
+    done(null, chunk);
+  }
 }
 
 const archiveStopMessage = (l: { maxEntries: number; maxTotalBytes: number }) =>

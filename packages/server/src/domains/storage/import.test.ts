@@ -1,7 +1,9 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { Readable } from 'node:stream';
+import zlib from 'node:zlib';
 import { type FakeGitHost, startFakeGitHost } from '@ai-suite/testkit';
+import tar from 'tar-stream';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import yazl from 'yazl';
 import {
@@ -57,6 +59,20 @@ beforeAll(async () => {
       defaultBranch: 'main',
       branches: { main: { sha: SHA, files: { '../../escape.txt': 'out', 'ok.txt': 'in' } } },
     },
+    // A pax header of 8 MB before the first file: held in memory whole by the tar parser.
+    'acme/paxbomb': {
+      defaultBranch: 'main',
+      branches: {
+        main: { sha: SHA, files: {}, tarball: await tarGz([{ name: 'r/a.txt', body: 'a', pax: 8 * MB }]) },
+      },
+    },
+    // One small file, then 64 MB of zero blocks after the end of the archive (inflated, never entries).
+    'acme/trailing': {
+      defaultBranch: 'main',
+      branches: {
+        main: { sha: SHA, files: {}, tarball: await tarGz([{ name: 'r/a.txt', body: 'a' }], 64 * MB) },
+      },
+    },
     'acme/spoof': {
       defaultBranch: 'main',
       branches: {
@@ -89,6 +105,23 @@ afterAll(async () => {
 });
 
 const base = (w: TestWorkspace = ws) => `/workspaces/${w.workspaceId}/storage`;
+
+const OUTSIDE_ENTRIES =
+  'Import stopped: the archive holds more than 1 MB outside its entries (pax or long-name headers, trailing data)';
+
+/** A gzipped tar of `entries` (a pax `comment` of `pax` bytes on the first), then `trailing` zero bytes. */
+async function tarGz(entries: { name: string; body: string; pax?: number }[], trailing = 0): Promise<Buffer> {
+  const pack = tar.pack();
+  const parts: Buffer[] = [];
+  pack.on('data', (c: Buffer) => parts.push(c));
+  const ended = new Promise((r) => pack.on('end', r));
+  for (const e of entries) {
+    pack.entry({ name: e.name, ...(e.pax ? { pax: { comment: 'c'.repeat(e.pax) } } : {}) }, e.body);
+  }
+  pack.finalize();
+  await ended;
+  return zlib.gzipSync(Buffer.concat([...parts, Buffer.alloc(trailing)]));
+}
 
 type Part = [name: string, value: string | Blob, filename?: string];
 function form(parts: Part[]): FormData {
@@ -485,6 +518,37 @@ describe('zip import', () => {
     expect(((await res.json()) as { code: string }).code).toBe('IMPORT_LIMIT_EXCEEDED');
   });
 
+  it('refuses overlapping entries (more declared than deflate can make of the file) before writing', async () => {
+    const zip = Buffer.from(
+      await (await zipOf([{ name: 'o.bin', data: Buffer.alloc(MB / 2) }])).arrayBuffer(),
+    );
+    // Six central-directory records pointing at the one compressed entry: 3 MB from ~1 KB,
+    // under the 4 MB total bound.
+    const eocd = zip.length - 22;
+    expect(zip.readUInt32LE(eocd)).toBe(0x06054b50);
+    const cdSize = zip.readUInt32LE(eocd + 12);
+    const cdOffset = zip.readUInt32LE(eocd + 16);
+    const record = zip.subarray(cdOffset, cdOffset + cdSize);
+    const end = Buffer.from(zip.subarray(eocd));
+    end.writeUInt16LE(6, 8);
+    end.writeUInt16LE(6, 10);
+    end.writeUInt32LE(cdSize * 6, 12);
+    const bomb = Buffer.concat([zip.subarray(0, cdOffset), ...Array.from({ length: 6 }, () => record), end]);
+    const res = await importForm([
+      ['kind', 'zip'],
+      ['pathPrefix', '/overlap'],
+      ['file', new Blob([bomb]), 'overlap.zip'],
+    ]);
+    expect(res.status).toBe(413);
+    const body = (await res.json()) as { error: string; code: string; details: Record<string, number> };
+    expect(body).toMatchObject({
+      error: 'Archive declares more bytes than its size can hold (overlapping entries)',
+      code: 'IMPORT_LIMIT_EXCEEDED',
+      details: { declaredBytes: 3 * MB, archiveBytes: bomb.length, maxRatio: 1032 },
+    });
+    expect((await ts.api(`${base()}/path?folderPath=/overlap`, { key: ws.apiKey })).status).toBe(404);
+  });
+
   it('answers 400 for a file that is not a zip', async () => {
     const res = await importForm([
       ['kind', 'zip'],
@@ -581,6 +645,22 @@ describe('git-host import', () => {
     expect(body.imported).toBe(19);
     expect(body.errors).toHaveLength(1);
     expect(body.errors[0]?.error).toMatch(/^Import stopped: the archive exceeds the import limits/);
+  });
+
+  it('stops an archive whose headers the parser would hold whole (an 8 MB pax record)', async () => {
+    const res = await gh({ repoUrl: 'https://github.com/acme/paxbomb', pathPrefix: '/paxbomb' });
+    expect(res.status).toBe(201);
+    const body = (await res.json()) as ImportBody;
+    expect(body.imported).toBe(0);
+    expect(body.errors).toEqual([{ path: '', error: OUTSIDE_ENTRIES }]);
+  });
+
+  it('counts what the archive inflates to, not what its entries declare: trailing data stops it', async () => {
+    const res = await gh({ repoUrl: 'https://github.com/acme/trailing', pathPrefix: '/trailing' });
+    expect(res.status).toBe(201);
+    const body = (await res.json()) as ImportBody;
+    expect(body.imported).toBe(1);
+    expect(body.errors).toEqual([{ path: '', error: OUTSIDE_ENTRIES }]);
   });
 
   it('refuses tarball entries that escape the prefix', async () => {

@@ -159,6 +159,20 @@ export async function receiveToTempFile(
   return file;
 }
 
+/**
+ * Deflate cannot inflate past ~1032 times its input: an archive declaring more than that
+ * from its size reuses compressed data across entries (overlapping entries, a zip bomb).
+ */
+export const MAX_DEFLATE_RATIO = 1032;
+
+export const overlappingArchive = (declared: number, size: number) =>
+  new AppError(
+    413,
+    'Archive declares more bytes than its size can hold (overlapping entries)',
+    'IMPORT_LIMIT_EXCEEDED',
+    { declaredBytes: declared, archiveBytes: size, maxRatio: MAX_DEFLATE_RATIO },
+  );
+
 const S_IFMT = 0o170000;
 const S_IFLNK = 0o120000;
 
@@ -215,6 +229,8 @@ export async function importZip(
       zip.on('error', (err: Error) => reject(badRequest(`Invalid zip file: ${err.message}`, 'INVALID_ZIP')));
       zip.readEntry();
     });
+    const size = (await fsp.stat(zipPath)).size;
+    if (total > MAX_DEFLATE_RATIO * size) throw overlappingArchive(total, size);
     for (const e of entries) {
       const name = yauzlLow.getFileNameLowLevel(e.generalPurposeBitFlag, e.fileNameRaw, e.extraFields, false);
       const mode = (e.externalFileAttributes >>> 16) & S_IFMT;
