@@ -75,7 +75,7 @@ export interface paths {
         put?: never;
         /**
          * Sign in with email and password
-         * @description Opens a session: the token in the body is for `Authorization: Bearer …`; browsers also get it as an HTTP-only `SameSite=Lax` cookie. An unknown email and a wrong password both answer 401 `Invalid email or password`. A session the request carried is revoked.
+         * @description Opens a session: the token in the body is for `Authorization: Bearer …`; a browser request from a trusted origin (`PUBLIC_BASE_URL`, `AUTH_TRUSTED_ORIGINS`) also gets it as an HTTP-only `SameSite=Lax` cookie, one from any other origin is refused (403 `CSRF_REJECTED`), a request naming no origin gets no cookie. An unknown email and a wrong password both answer 401 `Invalid email or password`. A session the request carried is revoked.
          */
         post: operations["identity-signIn"];
         delete?: never;
