@@ -29,7 +29,7 @@ const onServer = Boolean(process.env.DATABASE_URL);
 const UNAVAILABLE = { error: 'Service temporarily unavailable', code: 'SERVICE_UNAVAILABLE' };
 
 /** A TCP proxy to the PostgreSQL server that can be stopped and started again on its port. */
-class Proxy {
+class TcpProxy {
   private server: net.Server | undefined;
   private readonly sockets = new Set<net.Socket>();
   port = 0;
@@ -104,7 +104,7 @@ describe('what counts as the database being unavailable', () => {
 
 describe.skipIf(!onServer)('a PostgreSQL server that restarts', { timeout: 180_000 }, () => {
   let db: TestDatabase;
-  let proxy: Proxy;
+  let proxy: TcpProxy;
   let ts: TestServer & { fake: FakeOpenAI };
   let ws: TestWorkspace;
   let dbName: string;
@@ -114,7 +114,7 @@ describe.skipIf(!onServer)('a PostgreSQL server that restarts', { timeout: 180_0
     db = await createServerDatabase(serverUrl.toString());
     const real = new URL(db.databaseUrl as string);
     dbName = real.pathname.slice(1);
-    proxy = new Proxy({ host: real.hostname, port: Number(real.port || 5432) });
+    proxy = new TcpProxy({ host: real.hostname, port: Number(real.port || 5432) });
     await proxy.start();
     const viaProxy = new URL(real.toString());
     viaProxy.hostname = '127.0.0.1';
