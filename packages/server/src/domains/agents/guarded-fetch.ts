@@ -83,6 +83,8 @@ export function guardedFetch(policy: OutboundPolicy, opts: { maxBytes: number })
             },
           });
           res.on('error', (err) => capped.destroy(err));
+          // A reader that cancels the body (the SDK closing an event stream) frees the socket.
+          capped.on('close', () => res.destroy());
           res.pipe(capped);
           resolve(
             new Response(Readable.toWeb(capped) as ReadableStream<Uint8Array>, {
