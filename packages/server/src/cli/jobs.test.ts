@@ -95,8 +95,9 @@ describe(`jobs list and cancel (${onServer ? 'PostgreSQL server' : 'embedded, th
   it(
     'lists queued and running jobs of every kind with what explains them, and filters',
     async () => {
-      // A storage file whose indexing is executing in the server (its embeddings never answer).
-      fake.scriptEmbeddings({ hang: true });
+      // A storage file whose indexing is executing in the server: its embeddings never answer,
+      // retries after the client's timeout included (CLI runs take a while on a busy machine).
+      fake.scriptEmbeddings(...Array.from({ length: 20 }, () => ({ hang: true })));
       const fd = new FormData();
       fd.append('kind', 'files');
       fd.append('file[]', new Blob(['Harbour log. '.repeat(200)], { type: 'text/plain' }), 'log.txt');
@@ -201,8 +202,8 @@ describe(`jobs list and cancel (${onServer ? 'PostgreSQL server' : 'embedded, th
       }, 'run.cancelled');
       expect(events.filter((e) => e.type === 'run.cancelled')).toHaveLength(1);
       await waitFor(
-        async () => fake.requests.find((r) => r.path.endsWith('/embeddings'))?.aborted,
-        'the aborted call',
+        async () => fake.requests.filter((r) => r.path.endsWith('/embeddings')).every((r) => r.aborted),
+        'the aborted calls',
       );
       const [run] = await em().execute<{ status: string; lease_owner: string | null }[]>(
         'select status, lease_owner from runs where id = ?',
