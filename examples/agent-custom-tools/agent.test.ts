@@ -5,7 +5,7 @@ import {
   type TestServer,
 } from '@ai-suite/server/test-harness';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { runExample, verifySignature } from './main.js';
+import { runExample, startQuoteServer } from './main.js';
 
 let ts: TestServer & { fake: FakeOpenAI };
 let apiKey: string;
@@ -41,8 +41,24 @@ describe('examples/agent-custom-tools', () => {
     expect(results).toContainEqual({ orderId: 'A-17', status: 'shipped', eta: '2 days' });
   });
 
-  it('refuses bad and stale signatures', () => {
-    expect(verifySignature('s', undefined, '{}')).toBe(false);
-    expect(verifySignature('s', 't=1,v1=' + '0'.repeat(64), '{}')).toBe(false);
+  it('answers 401 to an unsigned or wrongly signed call', async () => {
+    const quotes = await startQuoteServer(() => `whsec_${Buffer.alloc(32, 3).toString('base64')}`);
+    try {
+      const body = '{"tool":"get_shipping_quote","arguments":{"country":"NO"}}';
+      const unsigned = await fetch(quotes.url, { method: 'POST', body });
+      expect(unsigned.status).toBe(401);
+      const forged = await fetch(quotes.url, {
+        method: 'POST',
+        body,
+        headers: {
+          'webhook-id': 'cb_1',
+          'webhook-timestamp': String(Math.floor(Date.now() / 1000)),
+          'webhook-signature': `v1,${Buffer.alloc(32).toString('base64')}`,
+        },
+      });
+      expect(forged.status).toBe(401);
+    } finally {
+      await quotes.close();
+    }
   });
 });

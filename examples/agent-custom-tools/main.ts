@@ -1,41 +1,27 @@
-import { createHmac, timingSafeEqual } from 'node:crypto';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { AiSuite } from '@ai-suite/sdk';
-
-/**
- * Verifies `X-AiSuite-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256("<t>.<raw body>")>`
- * with the agent's callbackSecret, and refuses stale timestamps (replays).
- */
-export function verifySignature(
-  secret: string,
-  header: string | undefined,
-  rawBody: string,
-  toleranceS = 300,
-) {
-  const m = /^t=(\d+),v1=([0-9a-f]{64})$/.exec(header ?? '');
-  if (!m) return false;
-  const [, t, v1] = m as unknown as [string, string, string];
-  if (Math.abs(Date.now() / 1000 - Number(t)) > toleranceS) return false;
-  const expected = createHmac('sha256', secret).update(`${t}.${rawBody}`).digest();
-  const given = Buffer.from(v1, 'hex');
-  return given.length === expected.length && timingSafeEqual(given, expected);
-}
+import { AiSuite, verifyWebhook } from '@ai-suite/sdk';
 
 /** A callback server for the `get_shipping_quote` tool: answers `{ result }` to signed calls. */
 export async function startQuoteServer(getSecret: () => string) {
   const server = http.createServer(async (req, res) => {
     let raw = '';
     for await (const chunk of req) raw += chunk;
-    if (!verifySignature(getSecret(), req.headers['x-aisuite-signature'] as string | undefined, raw)) {
+    // Standard Webhooks signature (webhook-id, webhook-timestamp, webhook-signature) on the raw
+    // body, stale timestamps refused: any Standard Webhooks verifier does the same.
+    const call = await verifyWebhook<{ tool: string; arguments: { country?: string } }>(
+      raw,
+      req.headers,
+      getSecret(),
+    ).catch(() => undefined);
+    if (!call) {
       res
         .writeHead(401, { 'content-type': 'application/json' })
         .end(JSON.stringify({ error: 'bad signature' }));
       return;
     }
-    const call = JSON.parse(raw) as { tool: string; arguments: { country?: string } };
     const price = call.arguments.country === 'NO' ? 19 : 9;
     res.writeHead(200, { 'content-type': 'application/json' });
     res.end(JSON.stringify({ result: { carrier: 'PostNord', priceEur: price } }));

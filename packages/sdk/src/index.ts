@@ -16,6 +16,15 @@ export {
 } from './lib/agent-stream.js';
 export { AppChatStream, AppChatStreamError } from './lib/app-chat-stream.js';
 export { MissingToolHandlerError, type PendingToolCall } from './lib/tools.js';
+export {
+  type RunWebhook,
+  type ToolCallWebhook,
+  type VerifyWebhookOptions,
+  type WebhookEvent,
+  type WebhookHeaders,
+  WebhookVerificationError,
+  verifyWebhook,
+} from './lib/webhooks.js';
 export type { CreateAgentParams, UpdateAgentParams } from './resources/agents.js';
 export { ApiKeys } from './resources/api-keys.js';
 export { Artifacts } from './resources/artifacts.js';

@@ -1,4 +1,3 @@
-import { createHmac } from 'node:crypto';
 import type { AgentConfig } from './schema.js';
 
 /** The documented platform defaults every agent config is merged over (docs/agents.md). */
@@ -41,11 +40,6 @@ const cloneJson = <T>(v: T): T =>
 /** The effective config of an agent: defaults, then what is stored. */
 export function effectiveConfig(stored: unknown): AgentConfig {
   return deepMerge(cloneJson(AGENT_CONFIG_DEFAULTS), stored ?? {});
-}
-
-/** The HMAC key of an agent's callback requests, derived so nothing secret is stored twice. */
-export function callbackSecret(signingSecret: string, agentId: string): string {
-  return `whsec_${createHmac('sha256', signingSecret).update(`agent-callback:${agentId}`).digest('base64url')}`;
 }
 
 export const isUuid = (s: string) =>

@@ -1,4 +1,3 @@
-import { createHmac } from 'node:crypto';
 import dns from 'node:dns';
 import http from 'node:http';
 import https from 'node:https';
@@ -315,17 +314,6 @@ function requestOnce(url: URL, opts: Parameters<typeof outboundRequest>[1]): Pro
     });
     req.end(opts.body);
   });
-}
-
-/**
- * The signature header of callback requests: `t=<unix seconds>,v1=<hex HMAC-SHA256 of
- * "<t>.<raw body>">` keyed with the agent's callbackSecret (docs/agents.md).
- */
-export const SIGNATURE_HEADER = 'x-aisuite-signature';
-
-export function signPayload(secret: string, body: string, timestamp = Math.floor(Date.now() / 1000)): string {
-  const mac = createHmac('sha256', secret).update(`${timestamp}.${body}`).digest('hex');
-  return `t=${timestamp},v1=${mac}`;
 }
 
 /** Elements dropped with their content. */

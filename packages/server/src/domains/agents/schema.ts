@@ -173,8 +173,11 @@ export const AgentDetailSchema = z
     config: JsonObject,
     tools: z.array(AgentToolBindingSchema),
     integrationBindings: z.array(IntegrationBindingSchema),
-    /** HMAC key of this agent's customTools callbacks (docs/agents.md). */
-    callbackSecret: z.string(),
+    /** Standard Webhooks secret of this agent's callbacks and run webhooks (docs/webhooks.md). */
+    callbackSecret: z.string().meta({
+      description:
+        'Standard Webhooks secret (`whsec_` + base64 key) signing this agent\'s tool callbacks and run webhooks',
+    }),
     createdAt: z.string(),
     updatedAt: z.string(),
   })

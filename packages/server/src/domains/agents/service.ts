@@ -9,10 +9,11 @@ import type { ModelCatalog } from '../../providers/llm.js';
 import { isTransientConflict, isUniqueViolation, type RunRecord, runStore } from '../../runs/index.js';
 import { catalogService } from '../catalogs/service.js';
 import { connectedServers } from '../tool-servers/service.js';
-import { callbackSecret, deepMerge, effectiveConfig, isUuid } from './config.js';
+import { deepMerge, effectiveConfig, isUuid } from './config.js';
 import { assertOutboundUrlAccepted, parseAllowlist } from './outbound.js';
 import { type AgentConfigInput, type CONCURRENCY_POLICIES, isMcpServerRef } from './schema.js';
 import { type AdmittedHold, prepareTurnHold } from './turn-hold.js';
+import { callbackSecret } from './webhook-signature.js';
 
 type Row = Record<string, unknown>;
 const iso = (v: unknown) => (v == null ? null : (v instanceof Date ? v : new Date(String(v))).toISOString());

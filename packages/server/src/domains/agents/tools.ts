@@ -7,7 +7,6 @@ import type { ToolDefinition } from '../../providers/llm.js';
 import { type WebSearchProvider, webSearch } from '../../providers/web-search.js';
 import { catalogService } from '../catalogs/service.js';
 import { connectedServers } from '../tool-servers/service.js';
-import { callbackSecret } from './config.js';
 import { guardedFetch, RESPONSE_TOO_LARGE } from './guarded-fetch.js';
 import { loadMcpClient } from './mcp-client.js';
 import {
@@ -15,11 +14,10 @@ import {
   htmlToText,
   type OutboundPolicy,
   outboundRequest,
-  SIGNATURE_HEADER,
-  signPayload,
 } from './outbound.js';
 import { type AgentConfig, isMcpServerRef, type McpServerItem } from './schema.js';
 import type { AgentRow } from './service.js';
+import { webhookHeaders } from './webhook-signature.js';
 
 /** Where a tool runs: in the service (platform, callback, MCP) or with the integrator. */
 export type ToolOwner = 'platform' | 'callback' | 'mcp' | 'integrator';
@@ -302,9 +300,10 @@ async function callCallback(
   args: Record<string, unknown>,
   signal: AbortSignal,
 ) {
+  const id = `cb_${randomUUID()}`;
   const body = JSON.stringify({
     type: 'tool_call',
-    id: `cb_${randomUUID()}`,
+    id,
     agentId: ctx.agent.id,
     sessionId: ctx.sessionId,
     runId: ctx.runId,
@@ -317,7 +316,7 @@ async function callCallback(
     method: 'POST',
     headers: {
       'content-type': 'application/json',
-      [SIGNATURE_HEADER]: signPayload(callbackSecret(env.signingSecret, ctx.agent.id), body),
+      ...webhookHeaders(env.signingSecret, ctx.agent.id, { id, event: 'tool_call', body }),
     },
     body,
     timeoutMs: env.callbackTimeoutMs,

@@ -1,5 +1,6 @@
 import { createHmac } from 'node:crypto';
 import { type HttpFixture, startHttpFixture, startTestMcpServer } from '@ai-suite/testkit';
+import { Webhook } from 'standardwebhooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   createTestWorkspace,
@@ -312,7 +313,7 @@ describe('integrator-owned tools', () => {
 });
 
 describe('callback tools', () => {
-  it('POSTs the call signed with HMAC and feeds the answer back to the model', async () => {
+  it('POSTs the call signed per Standard Webhooks and feeds the answer back to the model', async () => {
     callbackReply = () => ({ body: { result: { temperature: 21 } } });
     const { agentId, sessionId } = await createAgentWithSession(ts, ws.apiKey, {
       name: 'Callback',
@@ -350,10 +351,25 @@ describe('callback tools', () => {
       agentId,
       sessionId,
     });
+    // Standard Webhooks, checked by the reference implementation.
+    expect(secret).toMatch(/^whsec_[A-Za-z0-9+/]+={0,2}$/);
+    const verified = new Webhook(secret).verify(req?.rawBody ?? '', req?.headers as Record<string, string>);
+    expect(verified).toEqual(req?.body);
+    expect(req?.headers['webhook-id']).toBe(req?.body.id);
+    expect(req?.headers['x-aisuite-delivery']).toBe(req?.body.id);
+    expect(req?.headers['x-aisuite-event']).toBe('tool_call');
+    // The deprecated header, keyed with the secret's earlier base64url spelling.
+    const legacySecret = `whsec_${Buffer.from(secret.slice(6), 'base64').toString('base64url')}`;
     const sig = String(req?.headers['x-aisuite-signature']);
     const [, t, v1] = /^t=(\d+),v1=([0-9a-f]{64})$/.exec(sig) ?? [];
-    const expected = createHmac('sha256', secret).update(`${t}.${req?.rawBody}`).digest('hex');
+    expect(t).toBe(req?.headers['webhook-timestamp']);
+    const expected = createHmac('sha256', legacySecret).update(`${t}.${req?.rawBody}`).digest('hex');
     expect(v1).toBe(expected);
+    // Another agent's secret does not verify it.
+    const otherKey = `whsec_${Buffer.alloc(32, 7).toString('base64')}`;
+    expect(() => new Webhook(otherKey).verify(req?.rawBody ?? '', req?.headers as Record<string, string>)).toThrow(
+      'No matching signature found',
+    );
     expect(ts.fake.requests.at(-1)?.body.messages.at(-1).content).toBe('{"temperature":21}');
   });
 

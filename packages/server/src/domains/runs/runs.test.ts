@@ -1,5 +1,6 @@
 import { createHmac } from 'node:crypto';
 import { type HttpFixture, type RecordedHttpRequest, startHttpFixture } from '@ai-suite/testkit';
+import { Webhook } from 'standardwebhooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   createTestWorkspace,
@@ -390,11 +391,14 @@ describe('autonomous execution', () => {
   });
 });
 
+/** Verified by the Standard Webhooks reference package, and by the deprecated header's recipe. */
 function verifySignature(req: RecordedHttpRequest, secret: string) {
+  expect(new Webhook(secret).verify(req.rawBody, req.headers as Record<string, string>)).toEqual(req.body);
+  const legacySecret = `whsec_${Buffer.from(secret.slice(6), 'base64').toString('base64url')}`;
   const header = String(req.headers['x-aisuite-signature'] ?? '');
   const m = /^t=(\d+),v1=([0-9a-f]{64})$/.exec(header);
   expect(m).not.toBeNull();
-  const mac = createHmac('sha256', secret).update(`${m?.[1]}.${req.rawBody}`).digest('hex');
+  const mac = createHmac('sha256', legacySecret).update(`${m?.[1]}.${req.rawBody}`).digest('hex');
   expect(m?.[2]).toBe(mac);
 }
 
@@ -436,6 +440,9 @@ describe('completion webhook', () => {
     expect(delivered.body.artifacts).toHaveLength(1);
     verifySignature(delivered, agent.agent.callbackSecret);
     expect(new Set(mine.map((r) => r.headers['x-aisuite-delivery']))).toEqual(new Set([runId]));
+    // One message id on every retry (Standard Webhooks), each attempt freshly signed.
+    expect(new Set(mine.map((r) => r.headers['webhook-id']))).toEqual(new Set([runId]));
+    expect(delivered.headers['x-aisuite-event']).toBe('run.completed');
     expect(hook.requests.filter((r) => r.path === '/second')).toHaveLength(1);
   });
 });

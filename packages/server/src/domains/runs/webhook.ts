@@ -1,21 +1,11 @@
 import type { ServerDeps } from '../../context.js';
-import { callbackSecret } from '../agents/config.js';
-import {
-  type OutboundPolicy,
-  outboundRequest,
-  parseAllowlist,
-  SIGNATURE_HEADER,
-  signPayload,
-} from '../agents/outbound.js';
+import { type OutboundPolicy, outboundRequest, parseAllowlist } from '../agents/outbound.js';
+import { webhookHeaders } from '../agents/webhook-signature.js';
 import { listArtifacts } from './service.js';
 
 type Row = Record<string, unknown>;
 const iso = (v: unknown) => (v == null ? null : (v instanceof Date ? v : new Date(String(v))).toISOString());
 const num = (v: string | undefined, d: number) => (v && Number.isFinite(Number(v)) ? Number(v) : d);
-
-/** Header carrying the delivery id (the run id): receivers deduplicate on it. */
-export const DELIVERY_HEADER = 'x-aisuite-delivery';
-export const EVENT_HEADER = 'x-aisuite-event';
 
 export interface WebhookOptions {
   pollMs: number;
@@ -139,12 +129,12 @@ export class RunWebhookDispatcher {
         headers: {
           'content-type': 'application/json',
           'user-agent': 'ai-suite-webhooks/1',
-          [SIGNATURE_HEADER]: signPayload(
-            callbackSecret(this.deps.config.signingSecret as string, claim.app_id as string),
+          // The run id is the delivery id: the same on every retry, as receivers deduplicate on it.
+          ...webhookHeaders(this.deps.config.signingSecret as string, claim.app_id as string, {
+            id: runId,
+            event: `run.${status}`,
             body,
-          ),
-          [DELIVERY_HEADER]: runId,
-          [EVENT_HEADER]: `run.${status}`,
+          }),
         },
         body,
         timeoutMs: this.opts.timeoutMs,
