@@ -71,7 +71,7 @@ afterAll(async () => {
 describe('serving the console', () => {
   it('serves index.html at / and any console path, with a CSP without inline script', async () => {
     for (const path of ['/', '/agents/some-id']) {
-      const res = await fetch(`${ts.url}${path}`);
+      const res = await fetch(`${ts.url}${path}`, { headers: { accept: 'text/html' } });
       expect(res.status, path).toBe(200);
       expect(res.headers.get('content-type')).toMatch(/^text\/html/);
       expect(res.headers.get('cache-control')).toBe('no-cache');
@@ -88,7 +88,7 @@ describe('serving the console', () => {
   });
 
   it('caches hashed assets for a year; a missing asset or API version is a 404, not the app', async () => {
-    const html = await (await fetch(ts.url)).text();
+    const html = await (await fetch(ts.url, { headers: { accept: 'text/html' } })).text();
     const asset = /src="(\/assets\/[^"]+\.js)"/.exec(html)?.[1];
     const res = await fetch(`${ts.url}${asset}`);
     expect(res.status).toBe(200);
@@ -98,6 +98,27 @@ describe('serving the console', () => {
       const r = await fetch(`${ts.url}${path}`);
       expect(r.status, path).toBe(404);
       expect(await r.json()).toEqual({ error: 'Not found', code: 'NOT_FOUND' });
+    }
+  });
+});
+
+describe('the fallback', () => {
+  it('gives a browser navigating to an unknown path the console, and a scraper the JSON 404', async () => {
+    const { page, problems } = await openConsole(browser, ts.url);
+    try {
+      const nav = await page.goto('/metrics');
+      expect(nav?.status()).toBe(200);
+      expect(nav?.headers()['content-type']).toMatch(/^text\/html/);
+      await page.getByRole('heading', { name: 'Sign in to AI Suite' }).waitFor();
+      // The same path fetched by a client that does not ask for HTML (as Prometheus does).
+      const scraped = await page.request.get('/metrics', {
+        headers: { accept: 'text/plain;version=0.0.4;q=0.9,*/*;q=0.1' },
+      });
+      expect(scraped.status()).toBe(404);
+      expect(await scraped.json()).toEqual({ error: 'Not found', code: 'NOT_FOUND' });
+      expect(problems).toEqual([]);
+    } finally {
+      await page.context().close();
     }
   });
 });

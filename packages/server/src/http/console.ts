@@ -29,9 +29,25 @@ export const CONSOLE_CSP = {
 };
 
 /**
+ * Whether the request asks for an HTML page by name: browsers' navigations list `text/html`;
+ * a wildcard alone (curl, scrapers, monitoring probes such as a `GET /metrics`) does not count, so
+ * they get the JSON 404 instead of a 200 page they cannot use.
+ */
+export function acceptsHtml(accept: string | undefined): boolean {
+  if (!accept) return false;
+  return accept.split(',').some((part) => {
+    const [type, ...params] = part.trim().toLowerCase().split(';');
+    if (type?.trim() !== 'text/html' && type?.trim() !== 'application/xhtml+xml') return false;
+    const q = params.map((p) => p.trim()).find((p) => p.startsWith('q='));
+    return q === undefined || Number(q.slice(2)) > 0;
+  });
+}
+
+/**
  * Serves the web console (`packages/console`'s build) at `/`: hashed files under `/assets`
  * cached for a year as immutable, everything else revalidated, and `index.html` for any other
- * GET outside the API (the single-page app routes in the browser). Without a build, those
+ * GET outside the API that accepts `text/html` (the single-page app routes in the browser);
+ * other clients get the JSON 404 there. Without a build, those
  * paths answer 503 naming the command that makes one.
  */
 export function consoleRouter(dir: string): Router {
@@ -57,6 +73,9 @@ export function consoleRouter(dir: string): Router {
     if ((req.method !== 'GET' && req.method !== 'HEAD') || NOT_CONSOLE.test(req.path)) return next();
     // A missing file (an extension in the last segment) is a 404, not the app.
     if (/\.[A-Za-z0-9]+$/.test(req.path)) return next();
+    // The answer depends on Accept: shared caches must not hand the page to a JSON client.
+    res.vary('Accept');
+    if (!acceptsHtml(req.get('accept'))) return next();
     if (!existsSync(index)) {
       sendError(res, new AppError(503, 'The web console is not built: run pnpm build', 'CONSOLE_NOT_BUILT'));
       return;

@@ -1,6 +1,9 @@
 import { randomUUID } from 'node:crypto';
+import fs from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
 import { Writable } from 'node:stream';
 import express from 'express';
 import { pino } from 'pino';
@@ -20,7 +23,10 @@ import { requestId } from './request-id.js';
 
 let ts: TestServer;
 beforeAll(async () => {
-  ts = await startTestServer();
+  // A stand-in console build: the fallback's rules, not the console, are under test here.
+  const consoleDir = fs.mkdtempSync(path.join(os.tmpdir(), 'aisuite-console-'));
+  fs.writeFileSync(path.join(consoleDir, 'index.html'), '<!doctype html><title>AI Suite</title>');
+  ts = await startTestServer({ env: { CONSOLE_DIR: consoleDir } });
 });
 afterAll(() => ts?.close());
 
@@ -40,9 +46,10 @@ describe('unknown paths', () => {
       ['POST', '/api/v1/me'],
       ['DELETE', '/api/v1/integration-packs'],
       ['PUT', '/api/v1/platform-tools'],
-      // Other GETs are the web console's pages (SPA fallback, packages/console tests);
-      // a missing file or another method is still a 404.
+      // GETs that accept text/html are the web console's pages (SPA fallback, below); a missing
+      // file, another method or a client that does not ask for HTML gets the 404.
       ['GET', '/nope.txt'],
+      ['GET', '/nope'],
       ['POST', '/nope'],
       ['GET', '/console-api/v1/nope'],
       ['GET', '/console-api/v2/me'],
@@ -52,6 +59,36 @@ describe('unknown paths', () => {
       expect(res.status, `${method} ${path}`).toBe(404);
       expect(res.headers.get('content-type'), `${method} ${path}`).toMatch(/^application\/json/);
       expect(await res.json(), `${method} ${path}`).toEqual(NOT_FOUND);
+    }
+  });
+
+  it('outside /api: the console page only to requests that accept text/html, the JSON 404 otherwise', async () => {
+    const browser = 'text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8';
+    const prometheus = 'application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.4,*/*;q=0.1';
+    for (const accept of [undefined, '*/*', 'application/json', prometheus, 'text/html;q=0']) {
+      for (const p of ['/metrics', '/', '/settings/keys']) {
+        const res = await fetch(`${ts.url}${p}`, { headers: accept ? { accept } : {} });
+        const label = `${p} Accept: ${accept}`;
+        expect(res.status, label).toBe(404);
+        expect(res.headers.get('content-type'), label).toMatch(/^application\/json/);
+        expect(res.headers.get('vary'), label).toMatch(/Accept/);
+        expect(await res.json(), label).toEqual(NOT_FOUND);
+      }
+    }
+    for (const accept of [browser, 'text/html', 'application/xhtml+xml']) {
+      const res = await fetch(`${ts.url}/metrics`, { headers: { accept } });
+      expect(res.status, accept).toBe(200);
+      expect(res.headers.get('content-type'), accept).toMatch(/^text\/html/);
+      expect(res.headers.get('vary'), accept).toMatch(/Accept/);
+      expect(await res.text()).toContain('<title>AI Suite</title>');
+    }
+    // A browser asking for a missing file, or posting, still gets the 404.
+    for (const [method, p] of [
+      ['GET', '/favicon-missing.ico'],
+      ['POST', '/metrics'],
+    ] as const) {
+      const res = await fetch(`${ts.url}${p}`, { method, headers: { accept: browser } });
+      expect(res.status, `${method} ${p}`).toBe(404);
     }
   });
 });
