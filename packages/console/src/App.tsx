@@ -13,6 +13,7 @@ import { Members } from './pages/Members';
 import { Overview } from './pages/Overview';
 import { Playground } from './pages/Playground';
 import { SignIn } from './pages/SignIn';
+import { SignInProblem } from './pages/SignInProblem';
 import { Storage } from './pages/Storage';
 import { usePath } from './router';
 import { useSession } from './session';
@@ -79,6 +80,7 @@ export function App() {
     );
   }
   if (path === '/invitations/accept') return <AcceptInvitation />;
+  if (path === '/sign-in/problem') return <SignInProblem />;
   if (session === null) return <SignIn />;
   return <Layout nav={NAV}>{route(path)}</Layout>;
 }

@@ -180,6 +180,40 @@ describe('signing in with the identity provider', () => {
   });
 });
 
+describe('a failed sign-in with the identity provider', () => {
+  it('ends on a console page that says why and offers the ways back, not on JSON', async () => {
+    // Someone the provider knows but nobody invited; sign-up is off.
+    idp.addUser({ sub: 'stranger-at-idp', email: 'stranger@example.com', email_verified: true });
+    idp.setDefaultUser('stranger-at-idp');
+    const { page, context, problems } = await openConsole(browser, ts.url);
+    try {
+      await page.goto('/');
+      await page.getByRole('link', { name: 'Sign in with Example ID' }).click();
+      await page.getByRole('heading', { name: 'Sign-in did not work' }).waitFor();
+      expect(new URL(page.url()).pathname).toBe('/sign-in/problem');
+      await expect.poll(() => page.locator('main').textContent()).toMatch(/no account here uses your email/);
+      expect(await page.locator('main').textContent()).toMatch(/ask an owner or admin .* to invite/);
+      await expectAccessible(page, 'sign-in problem');
+      await screenshots(page, 'sign-in-problem');
+      expect((await context.cookies()).find((c) => c.name === 'aisuite_session')).toBeUndefined();
+      // The way back: the password form.
+      await page.getByRole('link', { name: 'Sign in with a password' }).click();
+      await page.getByRole('heading', { name: 'Sign in to AI Suite' }).waitFor();
+      // The provider refusing: the page offers another try.
+      idp.misbehave({ denyAuthorization: true });
+      await page.getByRole('link', { name: 'Sign in with Example ID' }).click();
+      await page.getByRole('heading', { name: 'Sign-in did not work' }).waitFor();
+      await page.getByRole('link', { name: 'Try Example ID again' }).waitFor();
+      expect(page.url()).toMatch(/code=OIDC_PROVIDER_REFUSED$/);
+      expect(problems).toEqual([]);
+    } finally {
+      idp.misbehave({});
+      idp.setDefaultUser('ada-at-idp');
+      await context.close();
+    }
+  });
+});
+
 describe('an owner at work', () => {
   it('sees the overview, creates a key shown once, streams a playground reply with its cost', async () => {
     const { page, context, problems } = await openConsole(browser, ts.url);

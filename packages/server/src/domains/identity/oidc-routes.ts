@@ -14,6 +14,7 @@ import {
   sealPendingSignIn,
 } from '../../auth/oidc.js';
 import type { ServerDeps } from '../../context.js';
+import { acceptsHtml } from '../../http/console.js';
 import { badRequest, sendError, toAppError } from '../../http/errors.js';
 import type { RawRouteModule } from '../../http/raw-routes.js';
 import { OidcSignInService } from './oidc-service.js';
@@ -21,6 +22,8 @@ import { IdentityService } from './service.js';
 
 export const OIDC_START_PATH = '/auth/oidc/start';
 export const OIDC_CALLBACK_PATH = '/auth/oidc/callback';
+/** The console page that explains a failed sign-in through the provider (packages/console). */
+export const SIGN_IN_PROBLEM_PAGE = '/sign-in/problem';
 
 /** The callback URL given to the provider: `OIDC_REDIRECT_URI`, else on `PUBLIC_BASE_URL`'s origin or this request's. */
 function redirectUri(deps: ServerDeps, req: Request): string {
@@ -32,8 +35,8 @@ function redirectUri(deps: ServerDeps, req: Request): string {
   return `${origin}/api/v1${OIDC_CALLBACK_PATH}`;
 }
 
-function redirect(res: Response, location: string) {
-  res.status(302);
+function redirect(res: Response, location: string, status = 302) {
+  res.status(status);
   res.setHeader('Location', location);
   res.setHeader('Cache-Control', 'no-store');
   res.end();
@@ -102,6 +105,15 @@ const handle =
         deps.log.error({ err, path: req.path }, 'OIDC request failed');
       else deps.log.warn({ code: appErr.code, details: appErr.details, path: req.path }, appErr.message);
       res.setHeader('Cache-Control', 'no-store');
+      // A person's browser reached this through the provider's redirect: raw JSON would be a dead
+      // end, so it lands on the console page that says what happened and the way back. API
+      // clients (no text/html in Accept) keep the JSON answer.
+      if (acceptsHtml(req.get('accept'))) {
+        res.vary('Accept');
+        const code = appErr.code ?? (appErr.status >= 500 ? 'OIDC_FAILED' : 'OIDC_REFUSED');
+        redirect(res, `${SIGN_IN_PROBLEM_PAGE}?${new URLSearchParams({ code })}`, 303);
+        return;
+      }
       sendError(res, appErr);
     });
   };
@@ -124,7 +136,7 @@ export const oidcRoutes: RawRouteModule = {
         tags: ['Auth'],
         summary: 'Sign in with the identity provider (OIDC): redirects the browser there',
         description:
-          'Browsers navigate here (it is not an API call). Answers 302 to the provider’s authorization endpoint (authorization-code flow with PKCE S256, `state` and `nonce`) and sets a short-lived HTTP-only cookie with what the callback needs. `returnTo` is where the browser lands after signing in: a path on this site only (400 `INVALID_RETURN_TO` for anything else, such as `https://…` or `//host`); default `/`. 404 `OIDC_NOT_CONFIGURED` without `OIDC_ISSUER`; 502 when the provider’s discovery document cannot be read.',
+          'Browsers navigate here (it is not an API call). Answers 302 to the provider’s authorization endpoint (authorization-code flow with PKCE S256, `state` and `nonce`) and sets a short-lived HTTP-only cookie with what the callback needs. `returnTo` is where the browser lands after signing in: a path on this site only (400 `INVALID_RETURN_TO` for anything else, such as `https://…` or `//host`); default `/`. 404 `OIDC_NOT_CONFIGURED` without `OIDC_ISSUER`; 502 when the provider’s discovery document cannot be read. A request whose `Accept` names `text/html` (a browser navigation) gets each of these errors as 303 to the console page `/sign-in/problem?code=<code>` instead of the JSON body.',
         security: [],
         requestParams: {
           query: z.object({
@@ -134,6 +146,7 @@ export const oidcRoutes: RawRouteModule = {
         },
         responses: {
           302: redirectResponse('To the provider’s authorization endpoint'),
+          303: redirectResponse('A failure, for a browser (`Accept: text/html`): to `/sign-in/problem?code=<code>`'),
           400: { description: '`INVALID_RETURN_TO`' },
           404: { description: '`OIDC_NOT_CONFIGURED`' },
           502: { description: '`OIDC_PROVIDER_UNAVAILABLE`' },
@@ -146,7 +159,7 @@ export const oidcRoutes: RawRouteModule = {
         tags: ['Auth'],
         summary: 'Where the identity provider sends the browser back (OIDC redirect URI)',
         description:
-          'Register `<PUBLIC_BASE_URL>/api/v1/auth/oidc/callback` (or `OIDC_REDIRECT_URI`) with the provider. Checks the `state` against the browser’s pending sign-in, exchanges the code with the PKCE verifier, verifies the ID token (signature against the provider’s JWKS, issuer, audience, expiry, nonce), then signs the person in: a linked identity, else the account with the provider-verified email (linked), else a new account when the email has pending invitations or sign-up is enabled. Answers 302 to `returnTo` with the session cookie set. Errors: 400 `OIDC_STATE_INVALID`; 401 `OIDC_PROVIDER_REFUSED`, `OIDC_TOKEN_INVALID`, `OIDC_EMAIL_MISSING`; 403 `OIDC_EMAIL_UNVERIFIED`, `OIDC_DOMAIN_NOT_ALLOWED`, `SIGNUP_DISABLED`; 409 `OIDC_IDENTITY_CONFLICT`; 502 `OIDC_PROVIDER_UNAVAILABLE`.',
+          'Register `<PUBLIC_BASE_URL>/api/v1/auth/oidc/callback` (or `OIDC_REDIRECT_URI`) with the provider. Checks the `state` against the browser’s pending sign-in, exchanges the code with the PKCE verifier, verifies the ID token (signature against the provider’s JWKS, issuer, audience, expiry, nonce), then signs the person in: a linked identity, else the account with the provider-verified email (linked), else a new account when the email has pending invitations or sign-up is enabled. Answers 302 to `returnTo` with the session cookie set. Errors: 400 `OIDC_STATE_INVALID`; 401 `OIDC_PROVIDER_REFUSED`, `OIDC_TOKEN_INVALID`, `OIDC_EMAIL_MISSING`; 403 `OIDC_EMAIL_UNVERIFIED`, `OIDC_DOMAIN_NOT_ALLOWED`, `SIGNUP_DISABLED`; 409 `OIDC_IDENTITY_CONFLICT`; 502 `OIDC_PROVIDER_UNAVAILABLE`. A request whose `Accept` names `text/html` (the browser coming back from the provider) gets each of these errors as 303 to the console page `/sign-in/problem?code=<code>`, which says what happened and offers password sign-in or asking for an invitation; other clients get the JSON body.',
         security: [],
         requestParams: {
           query: z.object({
@@ -159,6 +172,7 @@ export const oidcRoutes: RawRouteModule = {
         },
         responses: {
           302: redirectResponse('Signed in: to `returnTo`, with the `aisuite_session` cookie set'),
+          303: redirectResponse('A failure, for a browser (`Accept: text/html`): to `/sign-in/problem?code=<code>`'),
           400: { description: '`OIDC_STATE_INVALID`' },
           401: { description: '`OIDC_PROVIDER_REFUSED`, `OIDC_TOKEN_INVALID`, `OIDC_EMAIL_MISSING`' },
           403: { description: '`OIDC_EMAIL_UNVERIFIED`, `OIDC_DOMAIN_NOT_ALLOWED`, `SIGNUP_DISABLED`' },

@@ -77,8 +77,12 @@ function store(jar: Jar, res: Response) {
 
 const cookieHeader = (jar: Jar) => [...jar].map(([k, v]) => `${k}=${v}`).join('; ');
 
-async function get(url: string, jar: Jar): Promise<Response> {
+/** What a browser's navigation sends (Chromium's Accept); API callers send none or JSON. */
+const BROWSER_ACCEPT = 'text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,*/*;q=0.8';
+
+async function get(url: string, jar: Jar, accept?: string): Promise<Response> {
   const headers: Record<string, string> = {};
+  if (accept) headers.accept = accept;
   if (jar.size > 0) headers.cookie = cookieHeader(jar);
   const res = await fetch(url, { redirect: 'manual', headers });
   store(jar, res);
@@ -98,18 +102,18 @@ interface Flow {
 /** Starts a sign-in and follows it through the provider to the callback, as a browser would. */
 async function signIn(
   server: TestServer,
-  opts: { returnTo?: string; loginHint?: string; jar?: Jar } = {},
+  opts: { returnTo?: string; loginHint?: string; jar?: Jar; accept?: string } = {},
 ): Promise<Flow> {
   const jar = opts.jar ?? new Map<string, string>();
   const q = new URLSearchParams();
   if (opts.returnTo !== undefined) q.set('returnTo', opts.returnTo);
   if (opts.loginHint !== undefined) q.set('loginHint', opts.loginHint);
-  const start = await get(`${server.url}/api/v1/auth/oidc/start?${q}`, jar);
+  const start = await get(`${server.url}/api/v1/auth/oidc/start?${q}`, jar, opts.accept);
   if (start.status !== 302) return { start, jar };
-  const authorize = await get(start.headers.get('location') as string, jar);
+  const authorize = await get(start.headers.get('location') as string, jar, opts.accept);
   expect(authorize.status).toBe(302);
   const callbackUrl = authorize.headers.get('location') as string;
-  const callback = await get(callbackUrl, jar);
+  const callback = await get(callbackUrl, jar, opts.accept);
   return { start, callbackUrl, callback, jar };
 }
 
@@ -516,6 +520,35 @@ describe('who may sign in, and as whom', () => {
       code: 'SIGNUP_DISABLED',
     });
     expect(await count('select 1 from users where lower(email) = ?', [email])).toBe(0);
+  });
+
+  it('a browser (Accept: text/html) is sent to the console page that explains the failure, never JSON', async () => {
+    const { sub, email } = providerUser();
+    const flow = await signIn(ts, { loginHint: sub, accept: BROWSER_ACCEPT });
+    expect(flow.callback?.status).toBe(303);
+    expect(flow.callback?.headers.get('location')).toBe('/sign-in/problem?code=SIGNUP_DISABLED');
+    expect(flow.callback?.headers.get('cache-control')).toBe('no-store');
+    expect(flow.jar.has(SESSION_COOKIE)).toBe(false);
+    expect(await count('select 1 from users where lower(email) = ?', [email])).toBe(0);
+    // The same for the provider refusing, a lost pending sign-in and a bad returnTo at the start.
+    fake.misbehave({ denyAuthorization: true });
+    const refused = await signIn(ts, { loginHint: sub, accept: BROWSER_ACCEPT });
+    fake.misbehave({});
+    expect(refused.callback?.headers.get('location')).toBe('/sign-in/problem?code=OIDC_PROVIDER_REFUSED');
+    const replay = await get(refused.callbackUrl as string, new Map(), BROWSER_ACCEPT);
+    expect([replay.status, replay.headers.get('location')]).toEqual([
+      303,
+      '/sign-in/problem?code=OIDC_STATE_INVALID',
+    ]);
+    const start = await get(`${ts.url}/api/v1/auth/oidc/start?returnTo=//evil.example`, new Map(), BROWSER_ACCEPT);
+    expect([start.status, start.headers.get('location')]).toEqual([303, '/sign-in/problem?code=INVALID_RETURN_TO']);
+    // A server without OIDC settings: the browser is told so on the same page.
+    const off = await get(`${plain.url}/api/v1/auth/oidc/start`, new Map(), BROWSER_ACCEPT);
+    expect(off.headers.get('location')).toBe('/sign-in/problem?code=OIDC_NOT_CONFIGURED');
+    // API callers keep the JSON body (no Accept, or JSON).
+    const api = await signIn(ts, { loginHint: sub, accept: 'application/json' });
+    expect(api.callback?.status).toBe(403);
+    expect(await errorOf(api.callback)).toMatchObject({ code: 'SIGNUP_DISABLED' });
   });
 
   it('sign-up disabled: a new email with a pending invitation gets an account in the invited workspace', async () => {
