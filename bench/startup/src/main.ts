@@ -18,6 +18,7 @@ const entry = process.env.BENCH_SERVER_ENTRY ?? path.join(root, 'packages/server
 const runs = Number(process.env.BENCH_RUNS ?? 3);
 const idleMs = Number(process.env.BENCH_IDLE_MS ?? 10_000);
 const nodeArgs = process.env.BENCH_SERVER_NODE_ARGS ?? '';
+const viaPnpm = process.env.BENCH_VIA === 'pnpm';
 const serverDir = path.join(root, 'packages/server');
 // What `pnpm start` runs once the build is done: the last command of the start script, e.g.
 // `MALLOC_MMAP_THRESHOLD_=… exec node --max-semi-space-size=1 dist/main.js`. BENCH_START_COMMAND
@@ -41,6 +42,8 @@ interface Sample {
   anonMb: number;
   peakMb: number;
   childrenMb: number;
+  /** The whole process tree that was started: with BENCH_VIA=pnpm, pnpm's wrappers included. */
+  treeMb: number;
 }
 
 function freePort(): Promise<number> {
@@ -71,20 +74,45 @@ function cpuSeconds(pid: number): number {
   return [11, 12, 13, 14].reduce((sum, i) => sum + Number(f[i]), 0) / 100;
 }
 
-/** RSS of the live descendants of `pid` (a helper process the server keeps, if any). */
-function descendantsRssKb(pid: number): number {
-  let total = 0;
+/** The live descendants of `pid`. */
+function descendants(pid: number): number[] {
+  const out: number[] = [];
   for (const d of fs.readdirSync('/proc')) {
     if (!/^\d+$/.test(d)) continue;
     try {
       const stat = fs.readFileSync(`/proc/${d}/stat`, 'utf8');
       const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
-      if (ppid === pid) total += (procStatus(Number(d)).VmRSS ?? 0) + descendantsRssKb(Number(d));
+      if (ppid === pid) out.push(Number(d), ...descendants(Number(d)));
+    } catch {
+      // the process ended while we looked
+    }
+  }
+  return out;
+}
+
+/** RSS of the live descendants of `pid` (a helper process the server keeps, if any). */
+function descendantsRssKb(pid: number): number {
+  let total = 0;
+  for (const d of descendants(pid)) {
+    try {
+      total += procStatus(d).VmRSS ?? 0;
     } catch {
       // the process ended while we looked
     }
   }
   return total;
+}
+
+/** With BENCH_VIA=pnpm: the server process under `pnpm start` (the one running dist/main.js). */
+function serverUnder(pid: number): number {
+  for (const d of descendants(pid)) {
+    try {
+      if (fs.readFileSync(`/proc/${d}/cmdline`, 'utf8').includes('dist/main.js')) return d;
+    } catch {
+      // the process ended while we looked
+    }
+  }
+  throw new Error(`no dist/main.js process under ${pid}`);
 }
 
 async function waitReady(url: string, child: ReturnType<typeof spawn>, t0: number): Promise<number> {
@@ -103,19 +131,21 @@ async function waitReady(url: string, child: ReturnType<typeof spawn>, t0: numbe
 async function startOnce(dataDir: string, log: fs.WriteStream): Promise<Sample> {
   const port = await freePort();
   const t0 = performance.now();
-  // `exec`: the shell becomes the server, so `child.pid` is the server's pid.
-  const child = spawn('sh', ['-c', command], {
-    cwd: serverDir,
-    env: { ...process.env, DATA_DIR: dataDir, PORT: String(port), HOST: '127.0.0.1', DATABASE_URL: '' },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
+  const env = { ...process.env, DATA_DIR: dataDir, PORT: String(port), HOST: '127.0.0.1', DATABASE_URL: '' };
+  // `exec`: the shell becomes the server, so `child.pid` is the server's pid. With
+  // BENCH_VIA=pnpm, `child.pid` is the pnpm process of the root's `pnpm start` (its build step
+  // included in the ready time) and the server is found under it.
+  const child = viaPnpm
+    ? spawn('pnpm', ['start'], { cwd: root, env, stdio: ['ignore', 'pipe', 'pipe'] })
+    : spawn('sh', ['-c', command], { cwd: serverDir, env, stdio: ['ignore', 'pipe', 'pipe'] });
   child.stdout?.pipe(log, { end: false });
   child.stderr?.pipe(log, { end: false });
   const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
   let sample: Sample;
   try {
     const readyMs = await waitReady(`http://127.0.0.1:${port}`, child, t0);
-    const pid = child.pid as number;
+    const top = child.pid as number;
+    const pid = viaPnpm ? serverUnder(top) : top;
     const cpuS = cpuSeconds(pid);
     await new Promise((r) => setTimeout(r, idleMs));
     const s = procStatus(pid);
@@ -126,6 +156,7 @@ async function startOnce(dataDir: string, log: fs.WriteStream): Promise<Sample> 
       anonMb: (s.RssAnon ?? 0) / 1024,
       peakMb: (s.VmHWM ?? 0) / 1024,
       childrenMb: descendantsRssKb(pid) / 1024,
+      treeMb: ((procStatus(top).VmRSS ?? 0) + descendantsRssKb(top)) / 1024,
     };
   } catch (err) {
     child.kill('SIGKILL');
@@ -163,7 +194,7 @@ try {
   console.log(
     `${entry}: ${runs} run(s), idle ${idleMs} ms before reading RSS; server log ${path.join(tmp, 'server.log')}`,
   );
-  console.log(`command: ${command}`);
+  console.log(viaPnpm ? 'command: pnpm start (the root script, build step included)' : `command: ${command}`);
   fs.rmSync(imageDir, { recursive: true, force: true });
   noImage = await startOnce(path.join(tmp, 'data-no-image'), log);
   fs.rmSync(path.join(tmp, 'data-no-image'), { recursive: true, force: true });
@@ -185,14 +216,15 @@ const row = (name: string, s: Sample) =>
     s.anonMb,
     s.peakMb,
     s.childrenMb,
+    s.treeMb,
   ]
     .map((v) => v.toFixed(0).padStart(11))
     .join(' | ')} |`;
 console.log(
-  '\n| start           | ready ms | CPU s (*)  | idle RSS MB | anon RSS MB | peak RSS MB | children MB |',
+  '\n| start           | ready ms | CPU s (*)  | idle RSS MB | anon RSS MB | peak RSS MB | children MB | tree RSS MB |',
 );
 console.log(
-  '| --------------- | -------- | ---------- | ----------- | ----------- | ----------- | ----------- |',
+  '| --------------- | -------- | ---------- | ----------- | ----------- | ----------- | ----------- | ----------- |',
 );
 if (noImage) console.log(row('fresh, no image', noImage));
 fresh.forEach((s, i) => {
@@ -206,6 +238,7 @@ const med = (xs: Sample[]): Sample => ({
   anonMb: median(xs.map((s) => s.anonMb)),
   peakMb: median(xs.map((s) => s.peakMb)),
   childrenMb: median(xs.map((s) => s.childrenMb)),
+  treeMb: median(xs.map((s) => s.treeMb)),
 });
 const mf = med(fresh);
 const mr = med(restart);

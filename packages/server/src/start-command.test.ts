@@ -37,8 +37,9 @@ const alive = (pid: number) => {
 
 /**
  * `pnpm start` as an operator (or a container's PID 1) runs it: the signal goes to the pnpm
- * process only, never to the process group. The chain pnpm → sh → pnpm → sh → node must hand
- * it on (`exec` in both scripts), or node is orphaned and keeps serving.
+ * process only, never to the process group. The chain pnpm → sh → node must hand it on (the
+ * root script evaluates the server's start script, which ends in `exec node`), or node is
+ * orphaned and keeps serving.
  */
 describe('pnpm start', () => {
   it('stops the server gracefully within SHUTDOWN_GRACE_MS when only the pnpm process gets SIGTERM', async () => {
@@ -76,6 +77,12 @@ describe('pnpm start', () => {
       expect((await fetch(`${url}/readyz`)).status).toBe(200);
       serverPid = (JSON.parse(fs.readFileSync(path.join(dataDir, LOCK_FILE), 'utf8')) as { pid: number }).pid;
       expect(serverPid).not.toBe(child.pid);
+      // One wrapper at most: the server is the pnpm process's own child (no second pnpm between).
+      const ppid = (pid: number) => {
+        const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+        return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      };
+      expect(ppid(serverPid)).toBe(child.pid);
       // The memory settings of decision 0019 reach the server process.
       const argv = fs.readFileSync(`/proc/${serverPid}/cmdline`, 'utf8').split('\0');
       expect(argv).toContain('--liftoff-only');

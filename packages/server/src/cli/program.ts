@@ -8,6 +8,7 @@ import type { Role } from '../domains/workspaces/entities.js';
 import type { WorkspacesService } from '../domains/workspaces/service.js';
 import { AppError, notFound } from '../http/errors.js';
 import { registerJobCommands } from './jobs.js';
+import { type CommandResult, registerStorageCommands } from './storage.js';
 
 /** The database layer loads lazily: usage errors and --help answer without loading the ORM. */
 const loadDb = async () => {
@@ -157,7 +158,7 @@ export function buildProgram(io: CliIo, json: boolean): Command {
    * usual sign of a CLI run with another DATA_DIR than the server's.
    */
   const run =
-    <A extends unknown[]>(fn: (ctx: Ctx, ...args: A) => Promise<{ human: string; json: unknown }>) =>
+    <A extends unknown[]>(fn: (ctx: Ctx, ...args: A) => Promise<CommandResult>) =>
     async (...args: A) => {
       const config = loadConfig(io.env);
       const m = await loadDb();
@@ -173,6 +174,7 @@ export function buildProgram(io: CliIo, json: boolean): Command {
         const em = db.orm.em.fork() as unknown as EntityManager;
         const out = await fn({ db, em, svc: new m.WorkspacesService(em), m }, ...args);
         io.stdout(json ? `${JSON.stringify(out.json, null, 2)}\n` : `${out.human}\n`);
+        if (out.failure) throw new AppError(500, out.failure, 'PARTLY_FAILED');
       } finally {
         if (
           created &&
@@ -609,6 +611,8 @@ export function buildProgram(io: CliIo, json: boolean): Command {
     );
 
   registerJobCommands(program, { run, jsonOption, table });
+  registerStorageCommands(program, { io, json, jsonOption, run });
+
   return program;
 }
 
