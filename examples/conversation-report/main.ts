@@ -63,7 +63,7 @@ export async function conversationReport(opts: ConversationReportOptions) {
     .slice(0, opts.samples ?? 5);
   const samples = [];
   for (const c of costliest) {
-    const detail = await client.insights.conversations.get(c.id);
+    const { data: detail } = await client.insights.conversations.get(c.id);
     const firstAsk = detail.messages.find((m) => m.role === 'user')?.content ?? '';
     samples.push({
       id: c.id,

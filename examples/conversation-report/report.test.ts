@@ -22,8 +22,8 @@ afterAll(() => ts?.close());
 
 describe('examples/conversation-report', () => {
   it('aggregates the conversations through Insights and gets a report through Artifacts', async () => {
-    const tutor = (await client.apps.create({ name: 'Tutor' })).id;
-    const coach = (await client.apps.create({ name: 'Coach' })).id;
+    const tutor = (await client.apps.create({ name: 'Tutor' })).app.id;
+    const coach = (await client.apps.create({ name: 'Coach' })).app.id;
     ts.fake.script(
       { text: 'Light becomes sugar.', usage: { prompt_tokens: 1000, completion_tokens: 20 } },
       { text: 'Try a warm-up.', usage: { prompt_tokens: 100, completion_tokens: 10 } },

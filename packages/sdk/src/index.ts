@@ -59,12 +59,16 @@ export {
   TERMINAL_RUN_STATUSES,
 } from './resources/runs.js';
 export type { SendMessageOptions } from './resources/sessions.js';
-export type {
-  ImportFile,
-  ImportParams,
-  StorageFileType,
-  StorageListQuery,
-  Uploadable,
+export { type FileLike, type ToFileInput, toFile } from './lib/to-file.js';
+export {
+  type ImportFile,
+  type ImportParams,
+  type StorageFileType,
+  type StorageListQuery,
+  StorageUploadError,
+  type Uploadable,
+  type UploadOptions,
+  type UploadResult,
 } from './resources/storage.js';
 export { ToolServers } from './resources/tool-servers.js';
 export type * from './resources/types.js';

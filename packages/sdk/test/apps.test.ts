@@ -26,17 +26,21 @@ beforeAll(async () => {
   ts = await startTestServerWithFakeModel();
   ws = await createTestWorkspace(ts, { creditsUsd: '5' });
   client = new AiSuite({ baseURL: ts.url, apiKey: ws.apiKey });
-  appId = (await client.apps.create({ name: 'SDK tutor', systemPrompt: 'Be brief.' })).id;
+  appId = (await client.apps.create({ name: 'SDK tutor', systemPrompt: 'Be brief.' })).app.id;
 });
 afterAll(() => ts?.close());
 
 describe('client.apps management', () => {
   it('creates, lists, gets, updates and deletes', async () => {
-    const app = await client.apps.create({ name: 'Temp', controls: { temperature: 0.5 } });
+    const { app } = await client.apps.create({ name: 'Temp', controls: { temperature: 0.5 } });
     expect(app).toMatchObject({ name: 'Temp', appType: 'app', controls: { temperature: 0.5 } });
     expect((await client.apps.list()).data.map((a) => a.id)).toContain(app.id);
-    expect((await client.apps.get(app.id)).name).toBe('Temp');
-    expect((await client.apps.update(app.id, { name: 'Renamed' })).name).toBe('Renamed');
+    expect((await client.apps.get(app.id)).app.name).toBe('Temp');
+    // The one rule: the body as the API answers it, and the raw response beside it on request.
+    const { data, response } = await client.apps.get(app.id).withResponse();
+    expect(data).toEqual(await (await fetch(`${ts.url}/api/v1/apps/${app.id}`, { headers: { authorization: `Bearer ${ws.apiKey}` } })).json());
+    expect(response.headers.get('x-request-id')).toMatch(/^req_/);
+    expect((await client.apps.update(app.id, { name: 'Renamed' })).app.name).toBe('Renamed');
     expect(await client.apps.delete(app.id)).toEqual({ deleted: true, id: app.id });
     const err = await client.apps.get(app.id).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(AuthenticationError);
@@ -80,7 +84,7 @@ describe('client.apps chat', () => {
     expect(done.metadata.tokensUsed.total).toBe(
       done.metadata.tokensUsed.input + done.metadata.tokensUsed.output,
     );
-    const thread = await client.apps.threads.get(appId, done.threadId);
+    const { data: thread } = await client.apps.threads.get(appId, done.threadId);
     expect(thread.metadata).toEqual({ anonymous_visitor_id: 'v-1' });
 
     // finalText without iterating consumes the stream by itself
@@ -95,7 +99,7 @@ describe('client.apps chat', () => {
   });
 
   it('a failure mid-stream throws AppChatStreamError and the user message is kept', async () => {
-    const thread = await client.apps.threads.create(appId, { title: 'Fragile' });
+    const { data: thread } = await client.apps.threads.create(appId, { title: 'Fragile' });
     ts.fake.script({ text: 'one two three four five', chunkSize: 4, failAfterChunks: 2 });
     const stream = await client.apps.chatStream(appId, {
       message: 'Keep me',
@@ -117,7 +121,7 @@ describe('client.apps chat', () => {
   it('402 before the stream starts is InsufficientCreditsError', async () => {
     const poor = await createTestWorkspace(ts);
     const pc = new AiSuite({ baseURL: ts.url, apiKey: poor.apiKey });
-    const app = await pc.apps.create({ name: 'Poor' });
+    const { app } = await pc.apps.create({ name: 'Poor' });
     const err = await pc.apps.chatStream(app.id, { message: 'hi', role: 'student' }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(InsufficientCreditsError);
     expect((err as InsufficientCreditsError).message).toBe('Insufficient credits');
@@ -126,8 +130,8 @@ describe('client.apps chat', () => {
 
 describe('client.apps memory', () => {
   it('threads.*, saveMessages and memoryStatus', async () => {
-    const app = await client.apps.create({ name: 'Memory' });
-    const t = await client.apps.threads.create(app.id);
+    const { app } = await client.apps.create({ name: 'Memory' });
+    const { data: t } = await client.apps.threads.create(app.id);
     expect(t).toMatchObject({ title: 'New Thread', status: 'active', metadata: {} });
     expect(
       await client.apps.saveMessages(app.id, {
@@ -141,7 +145,7 @@ describe('client.apps memory', () => {
     const page = await client.apps.threads.messages(app.id, t.id, { limit: 1, offset: 1 });
     expect(page.meta).toEqual({ limit: 1, offset: 1, total: 2 });
     expect(page.data[0]?.sequence_number).toBe(2);
-    expect((await client.apps.threads.update(app.id, t.id, { status: 'closed' })).status).toBe('closed');
+    expect((await client.apps.threads.update(app.id, t.id, { status: 'closed' })).data.status).toBe('closed');
     const bad = await client.apps.threads
       .update(app.id, t.id, { status: 'nope' as 'closed' })
       .catch((e: unknown) => e);

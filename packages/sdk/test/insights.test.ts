@@ -16,7 +16,7 @@ beforeAll(async () => {
   ts = await startTestServerWithFakeModel();
   const ws = await createTestWorkspace(ts, { creditsUsd: '5' });
   client = new AiSuite({ baseURL: ts.url, apiKey: ws.apiKey });
-  appId = (await client.apps.create({ name: 'Analytics tutor' })).id;
+  appId = (await client.apps.create({ name: 'Analytics tutor' })).app.id;
   ts.fake.script({ text: 'Hello!', usage: { prompt_tokens: 100, completion_tokens: 5 } });
   threadId = (
     await client.apps.chat(appId, {
@@ -40,7 +40,7 @@ describe('client.insights.conversations', () => {
     });
     expect((await client.insights.conversations.list({ status: 'archived' })).data).toEqual([]);
 
-    const detail = await client.insights.conversations.get(threadId);
+    const { data: detail } = await client.insights.conversations.get(threadId);
     expect(detail.messages.map((m) => m.content)).toEqual(['Hi', 'Hello!']);
     expect(detail.usage_records).toHaveLength(1);
     expect(detail.usage_events.map((e) => e.component)).toEqual(['input_tokens', 'output_tokens']);
@@ -52,8 +52,8 @@ describe('client.insights.conversations', () => {
     );
     const err = await client.insights.conversations
       .get('00000000-0000-4000-8000-000000000000')
-      .catch((e) => e);
+      .catch((e: unknown) => e);
     expect(err).toBeInstanceOf(NotFoundError);
-    expect(err.message).toContain('Conversation not found');
+    expect((err as NotFoundError).message).toContain('Conversation not found');
   });
 });

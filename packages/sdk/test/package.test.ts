@@ -10,6 +10,7 @@ import {
   startTestServerWithFakeModel,
   type TestServer,
 } from '@ai-suite/server/test-harness';
+import { Webhook } from 'standardwebhooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 const run = promisify(execFile);
@@ -40,7 +41,7 @@ afterAll(async () => {
 const CONSUMER_TYPES = `declare const process: { env: Record<string, string | undefined> };
 `;
 
-const ESM = `${CONSUMER_TYPES}import { AiSuite, NotFoundError, type AgentListItem, type AgentEvent } from '@ai-suite/sdk';
+const ESM = `${CONSUMER_TYPES}import { AiSuite, NotFoundError, toFile, verifyWebhook, type AgentListItem, type AgentEvent, type AppChatParams } from '@ai-suite/sdk';
 
 const client = new AiSuite({ baseURL: process.env.AI_SUITE_BASE_URL, apiKey: process.env.AI_SUITE_API_KEY });
 const { agent } = await client.agents.create({ name: 'Packed ESM' });
@@ -55,7 +56,21 @@ try {
 } catch (err) {
   if (err instanceof NotFoundError) notFound = err.message;
 }
-console.log(JSON.stringify({ names: listed.map((a) => a.name), text, first: types[0], notFound }));
+// Uploads: a path on disk, and bytes with a name, into a folder.
+const fromDisk = await client.storage.upload(toFile(process.env.FILE_PATH as string), { folder: '/packed' });
+const fromBytes = await client.storage.upload(new TextEncoder().encode('bytes'), { name: 'b.txt', folder: '/packed' });
+const read = await (await client.storage.read(fromDisk.fileId, 'file')).text();
+const tree = await client.storage.tree('/packed');
+// One rule: the API's body; withResponse() adds the raw response.
+const { data: created, response } = await client.apps.create({ name: 'Packed app' }).withResponse();
+const chat: AppChatParams = { message: 'hi', role: 'student' };
+const hook = JSON.parse(process.env.WEBHOOK as string) as { body: string; headers: Record<string, string>; secret: string };
+const event = await verifyWebhook<{ type: string }>(hook.body, hook.headers, hook.secret);
+console.log(JSON.stringify({
+  names: listed.map((a) => a.name), text, first: types[0], notFound,
+  uploaded: [typeof fromDisk.fileId, fromBytes.imported], read, files: tree.files.map((f) => f.filename).sort(),
+  app: [created.app.name, response.status], role: chat.role, webhook: event.type,
+}));
 `;
 
 const CJS = `${CONSUMER_TYPES}import sdk = require('@ai-suite/sdk');
@@ -124,13 +139,40 @@ describe('the packed SDK in a project outside the workspace', () => {
       );
       expect(tsc.stdout).toBe('');
 
-      const env = { ...process.env, AI_SUITE_BASE_URL: ts.url, AI_SUITE_API_KEY: apiKey };
+      // The licence travels with the package.
+      expect(fs.readFileSync(path.join(app, 'node_modules/@ai-suite/sdk/LICENSE'), 'utf8')).toMatch(/^MIT License/);
+      fs.writeFileSync(path.join(app, 'hello.txt'), 'hello from disk');
+      const secret = `whsec_${Buffer.alloc(32, 9).toString('base64')}`;
+      const body = JSON.stringify({ type: 'run.completed', id: 'r1' });
+      const now = new Date();
+      const webhook = {
+        body,
+        secret,
+        headers: {
+          'webhook-id': 'r1',
+          'webhook-timestamp': String(Math.floor(now.getTime() / 1000)),
+          'webhook-signature': new Webhook(secret).sign('r1', now, body),
+        },
+      };
+      const env = {
+        ...process.env,
+        AI_SUITE_BASE_URL: ts.url,
+        AI_SUITE_API_KEY: apiKey,
+        FILE_PATH: path.join(app, 'hello.txt'),
+        WEBHOOK: JSON.stringify(webhook),
+      };
       const esm = await run(process.execPath, ['out/esm.mjs'], { cwd: app, env });
       expect(JSON.parse(esm.stdout)).toEqual({
         names: ['Packed ESM'],
         text: 'Hello from the fake model.',
         first: 'run.started',
         notFound: 'Agent not found',
+        uploaded: ['string', 1],
+        read: 'hello from disk',
+        files: ['b.txt', 'hello.txt'],
+        app: ['Packed app', 201],
+        role: 'student',
+        webhook: 'run.completed',
       });
       const cjs = await run(process.execPath, ['out/cjs.cjs'], { cwd: app, env });
       expect(JSON.parse(cjs.stdout)).toEqual({

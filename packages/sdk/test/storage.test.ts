@@ -6,7 +6,15 @@ import { createTestWorkspace, startTestServer, type TestServer } from '@ai-suite
 import { type FakeGitHost, startFakeGitHost } from '@ai-suite/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import yazl from 'yazl';
-import { AiSuite, BadRequestError, ConflictError, NotFoundError, type PathTree } from '../src/index.js';
+import {
+  AiSuite,
+  BadRequestError,
+  ConflictError,
+  NotFoundError,
+  type PathTree,
+  StorageUploadError,
+  toFile,
+} from '../src/index.js';
 
 let ts: TestServer;
 let git: FakeGitHost;
@@ -149,5 +157,75 @@ describe('client.storage against the real server', () => {
     const err = await client.storage.importGitHost({ repoUrl: 'nope' }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(BadRequestError);
     expect((err as BadRequestError).message).toBe('Invalid GitHub repository URL');
+  });
+});
+
+describe('client.storage.upload and toFile', () => {
+  const text = async (fileId: string) => (await client.storage.read(fileId, 'file')).text();
+
+  it('uploads a path, bytes, a Blob, a File, a web stream, a Node stream and a Response into a folder', async () => {
+    const onDisk = path.join(tmp, 'on-disk.md');
+    fs.writeFileSync(onDisk, '# from disk');
+    const uploads = [
+      await client.storage.upload(onDisk, { folder: '/up' }),
+      await client.storage.upload(toFile(Buffer.from('buffer'), 'buffer.txt'), { folder: '/up' }),
+      await client.storage.upload(new Blob(['blob']), { name: 'blob.txt', folder: '/up' }),
+      await client.storage.upload(new File(['file'], 'file.txt', { type: 'text/plain' }), { folder: '/up' }),
+      await client.storage.upload(new Blob(['web stream']).stream(), { name: 'web.txt', folder: '/up' }),
+      await client.storage.upload(fs.createReadStream(onDisk), { folder: '/up/node' }),
+      await client.storage.upload(Readable.from([Buffer.from('readable')]), { name: 'readable.txt', folder: '/up' }),
+      await client.storage.upload(new Response('response', { headers: { 'content-type': 'text/csv' } }), {
+        name: 'response.csv',
+        folder: '/up',
+      }),
+    ];
+    expect(uploads.map((u) => u.imported)).toEqual(Array(8).fill(1));
+    expect(await Promise.all(uploads.map((u) => text(u.fileId)))).toEqual([
+      '# from disk',
+      'buffer',
+      'blob',
+      'file',
+      'web stream',
+      '# from disk',
+      'readable',
+      'response',
+    ]);
+    const { files } = await client.storage.tree('/up');
+    expect(files.map((f) => f.filename).sort()).toEqual(
+      ['blob.txt', 'buffer.txt', 'file.txt', 'on-disk.md', 'readable.txt', 'response.csv', 'web.txt'].sort(),
+    );
+    expect(files.find((f) => f.filename === 'response.csv')?.mimeType).toBe('text/csv');
+    expect((await client.storage.tree('/up/node')).files.map((f) => f.filename)).toEqual(['on-disk.md']);
+    // The same path again replaces the file (as import does).
+    const again = await client.storage.upload(toFile(Buffer.from('newer'), 'buffer.txt'), { folder: '/up' });
+    expect(await text(again.fileId)).toBe('newer');
+    // The raw response on request.
+    const { response } = await client.storage
+      .upload(Buffer.from('x'), { name: 'x.txt', folder: '/up' })
+      .withResponse();
+    expect(response.status).toBe(201);
+  });
+
+  it('refuses what it cannot name, and reports a name the server refuses', async () => {
+    expect(() => toFile(Buffer.from('x'))).toThrow(/needs a name/);
+    expect(() => toFile(new URL('https://example.com/a.txt'))).toThrow(/file: URLs/);
+    expect(toFile(new URL(`file://${path.join(tmp, 'a b.txt')}`))).toMatchObject({
+      name: 'a b.txt',
+      content: { filePath: path.join(tmp, 'a b.txt') },
+    });
+    expect(toFile(new File(['x'], 'a.txt', { type: 'text/plain' }), 'renamed.md')).toMatchObject({
+      name: 'renamed.md',
+      type: 'text/plain',
+    });
+    await expect(client.storage.upload(Buffer.from('x'))).rejects.toThrow(TypeError);
+    const err = await client.storage
+      .upload(Buffer.from('x'), { name: `${'n'.repeat(300)}.txt`, folder: '/up' })
+      .catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(StorageUploadError);
+    expect((err as StorageUploadError).message).toMatch(/^Invalid (path|file name)/);
+    // A folder that escapes the tree is refused before anything is stored.
+    await expect(client.storage.upload(Buffer.from('x'), { name: 'y.txt', folder: '/../etc' })).rejects.toThrow(
+      BadRequestError,
+    );
   });
 });

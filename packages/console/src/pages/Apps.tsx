@@ -18,7 +18,7 @@ export function Apps() {
   const apps = useAsync(() => client.apps.list({ limit: 100 }), []);
   const [name, setName] = useState('');
   const create = useAction(async () => {
-    const app = await client.apps.create({ name: name.trim() });
+    const { app } = await client.apps.create({ name: name.trim() });
     navigate(`/apps/${app.id}`);
   });
   return (
@@ -57,7 +57,7 @@ export function Apps() {
 
 export function AppDetail({ appId }: { appId: string }) {
   const app = useAsync(() => client.apps.get(appId), [appId]);
-  const a = app.data;
+  const a = app.data?.app;
   return (
     <Page title={a ? `App: ${a.name}` : 'App'}>
       <p>

@@ -165,7 +165,7 @@ function Conversations({ q }: { q: URLSearchParams }) {
 
 function Conversation({ threadId }: { threadId: string }) {
   const detail = useAsync(() => client.insights.conversations.get(threadId), [threadId]);
-  const d = detail.data;
+  const d = detail.data?.data;
   const cost = d?.usage_records.reduce((s, r) => s + r.cost_usd, 0) ?? 0;
   return (
     <Page title={d?.title ? `Conversation: ${d.title}` : 'Conversation'}>

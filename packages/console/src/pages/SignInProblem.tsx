@@ -7,7 +7,13 @@ import { useAsync } from '../ui';
  * What went wrong, per error code of the OIDC routes, in words for the person at the browser.
  * `invite` marks the failures an invitation fixes; `retry` those worth another try at the provider.
  */
-const PROBLEMS: Record<string, { text: string; invite?: boolean; retry?: boolean }> = {
+interface Problem {
+  text: string;
+  invite?: boolean;
+  retry?: boolean;
+}
+
+const PROBLEMS: Record<string, Problem> = {
   SIGNUP_DISABLED: {
     text: 'The identity provider knows you, but no account here uses your email address, and this service does not create accounts on its own: people join by invitation.',
     invite: true,
@@ -49,7 +55,7 @@ const PROBLEMS: Record<string, { text: string; invite?: boolean; retry?: boolean
   },
 };
 
-const GENERIC = { text: 'Signing in through the identity provider did not work.', retry: true };
+const GENERIC: Problem = { text: 'Signing in through the identity provider did not work.', retry: true };
 
 /** `/sign-in/problem?code=…`: where the server sends a browser whose OIDC sign-in failed. */
 export function SignInProblem() {

@@ -1419,7 +1419,7 @@ export interface paths {
         };
         /**
          * Sign in with the identity provider (OIDC): redirects the browser there
-         * @description Browsers navigate here (it is not an API call). Answers 302 to the provider’s authorization endpoint (authorization-code flow with PKCE S256, `state` and `nonce`) and sets a short-lived HTTP-only cookie with what the callback needs. `returnTo` is where the browser lands after signing in: a path on this site only (400 `INVALID_RETURN_TO` for anything else, such as `https://…` or `//host`); default `/`. 404 `OIDC_NOT_CONFIGURED` without `OIDC_ISSUER`; 502 when the provider’s discovery document cannot be read.
+         * @description Browsers navigate here (it is not an API call). Answers 302 to the provider’s authorization endpoint (authorization-code flow with PKCE S256, `state` and `nonce`) and sets a short-lived HTTP-only cookie with what the callback needs. `returnTo` is where the browser lands after signing in: a path on this site only (400 `INVALID_RETURN_TO` for anything else, such as `https://…` or `//host`); default `/`. 404 `OIDC_NOT_CONFIGURED` without `OIDC_ISSUER`; 502 when the provider’s discovery document cannot be read. A request whose `Accept` names `text/html` (a browser navigation) gets each of these errors as 303 to the console page `/sign-in/problem?code=<code>` instead of the JSON body.
          */
         get: operations["auth-oidc-start"];
         put?: never;
@@ -1439,7 +1439,7 @@ export interface paths {
         };
         /**
          * Where the identity provider sends the browser back (OIDC redirect URI)
-         * @description Register `<PUBLIC_BASE_URL>/api/v1/auth/oidc/callback` (or `OIDC_REDIRECT_URI`) with the provider. Checks the `state` against the browser’s pending sign-in, exchanges the code with the PKCE verifier, verifies the ID token (signature against the provider’s JWKS, issuer, audience, expiry, nonce), then signs the person in: a linked identity, else the account with the provider-verified email (linked), else a new account when the email has pending invitations or sign-up is enabled. Answers 302 to `returnTo` with the session cookie set. Errors: 400 `OIDC_STATE_INVALID`; 401 `OIDC_PROVIDER_REFUSED`, `OIDC_TOKEN_INVALID`, `OIDC_EMAIL_MISSING`; 403 `OIDC_EMAIL_UNVERIFIED`, `OIDC_DOMAIN_NOT_ALLOWED`, `SIGNUP_DISABLED`; 409 `OIDC_IDENTITY_CONFLICT`; 502 `OIDC_PROVIDER_UNAVAILABLE`.
+         * @description Register `<PUBLIC_BASE_URL>/api/v1/auth/oidc/callback` (or `OIDC_REDIRECT_URI`) with the provider. Checks the `state` against the browser’s pending sign-in, exchanges the code with the PKCE verifier, verifies the ID token (signature against the provider’s JWKS, issuer, audience, expiry, nonce), then signs the person in: a linked identity, else the account with the provider-verified email (linked), else a new account when the email has pending invitations or sign-up is enabled. Answers 302 to `returnTo` with the session cookie set. Errors: 400 `OIDC_STATE_INVALID`; 401 `OIDC_PROVIDER_REFUSED`, `OIDC_TOKEN_INVALID`, `OIDC_EMAIL_MISSING`; 403 `OIDC_EMAIL_UNVERIFIED`, `OIDC_DOMAIN_NOT_ALLOWED`, `SIGNUP_DISABLED`; 409 `OIDC_IDENTITY_CONFLICT`; 502 `OIDC_PROVIDER_UNAVAILABLE`. A request whose `Accept` names `text/html` (the browser coming back from the provider) gets each of these errors as 303 to the console page `/sign-in/problem?code=<code>`, which says what happened and offers password sign-in or asking for an invitation; other clients get the JSON body.
          */
         get: operations["auth-oidc-callback"];
         put?: never;
@@ -1476,21 +1476,27 @@ export interface components {
                     /** @enum {string} */
                     web_provider?: "brave" | "tavily" | "both";
                 };
+                /** @description At most 10 items. */
                 mcp_servers?: components["schemas"]["McpServerItem"][];
             };
             compute?: {
+                /** @description From 1 to 100. */
                 maxIterations?: number;
+                /** @description From 1000 to 3,600,000. */
                 maxWallClockMs?: number;
             };
             toolAllowlist?: string[] | null;
+            /** @description At most 64 items. */
             customTools?: components["schemas"]["CustomTool"][];
         };
         McpServerItem: components["schemas"]["McpServerRef"] | components["schemas"]["McpServerConfig"];
         McpServerRef: {
+            /** @description At least 1 characters. */
             toolServerId: string;
             allowedTools?: string[];
         };
         McpServerConfig: {
+            /** @description Matching `^[a-zA-Z0-9_-]{1,32}$`. */
             name: string;
             /** Format: uri */
             url: string;
@@ -1500,7 +1506,9 @@ export interface components {
             allowedTools?: string[];
         };
         CustomTool: {
+            /** @description Matching `^[a-zA-Z0-9_.-]{1,64}$`. */
             name: string;
+            /** @description At most 2000 characters. */
             description?: string;
             inputSchema?: {
                 [key: string]: unknown;
@@ -1510,39 +1518,55 @@ export interface components {
         };
         /** @description Binds a platform tool or an integration-pack tool by id. */
         AgentToolBinding: {
+            /** @description At least 1 characters. */
             toolId: string;
             /** @default true */
             enabled: boolean;
         };
         IntegrationBinding: {
+            /** @description At least 1 characters. */
             packId: string;
+            /** @description At least 1 characters. */
             workspaceIntegrationId: string;
             enabledSkillIds?: string[];
             /** @default true */
             enabled: boolean;
         };
         AppChatControls: {
+            /** @description From 0 to 2. */
             temperature?: number;
+            /** @description From 1 to 32,000. */
             maxTokens?: number;
+            /** @description From 0 to 100. */
             maxContextMessages?: number;
         };
         ExternalIdentity: {
+            /** @description At most 256 characters. */
             externalUserId?: string;
+            /** @description At most 64 characters. */
             role?: string;
+            /** @description At most 256 characters. */
             anonymousVisitorId?: string;
         };
         RunMetadata: {
+            /** @description At most 256 characters. */
             source?: string;
+            /** @description At most 256 characters. */
             containerId?: string;
+            /** @description At most 256 characters. */
             threadId?: string;
+            /** @description At most 256 characters. */
             externalWorkspaceId?: string;
-            /** @description Idempotency key: same key, same agent, same run */
+            /** @description Idempotency key: same key, same agent, same run. 1 to 256 characters. */
             messageId?: string;
-            /** Format: uri */
+            /**
+             * Format: uri
+             * @description At most 2048 characters.
+             */
             webhookUrl?: string;
         };
         ChatRequest: {
-            /** @description At least one message; the last must have content. */
+            /** @description At least one message; the last must have content. At least 1 items. */
             messages: components["schemas"]["ChatMessage"][];
             /** @description Model id; defaults to the configured default chat model (see docs/models-and-metering.md). */
             model?: string;
@@ -1551,23 +1575,29 @@ export interface components {
         ChatMessage: {
             /** @enum {string} */
             role: "user" | "assistant" | "system";
+            /** @description At least 1 characters. */
             content: string;
         };
         ArtifactGenerateRequest: {
             scope: {
                 /** @enum {string} */
                 level: "organization" | "network" | "item";
+                /** @description At most 256 characters. */
                 entityId?: string;
+                /** @description At most 500 characters. */
                 label?: string;
             };
             input: {
                 aggregates: {
+                    /** @description From 0 to 9,007,199,254,740,991. */
                     recordCount?: number;
                     metrics?: {
                         [key: string]: string | number | boolean | null;
                     };
+                    /** @description At most 20 items. */
                     breakdowns?: {
                         dimension: string;
+                        /** @description At most 100 items. */
                         rows: {
                             key: string;
                             count?: number;
@@ -1575,6 +1605,7 @@ export interface components {
                         }[];
                     }[];
                 };
+                /** @description At most 60 items. */
                 samples?: {
                     id?: string;
                     fields?: {
@@ -1582,30 +1613,39 @@ export interface components {
                     };
                 }[];
                 context?: {
+                    /** @description At most 4000 characters. */
                     instructions?: string;
+                    /** @description At most 32 characters. */
                     locale?: string;
+                    /** @description At most 64 characters. */
                     audienceProfile?: string;
                 };
             };
             templateId?: string;
             appId?: string;
             period?: {
+                /** @description At most 32 characters. */
                 start?: string;
+                /** @description At most 32 characters. */
                 end?: string;
             };
+            /** @description At most 256 characters. */
             externalRef?: string;
+            /** @description At most 200 characters. */
             model?: string;
         };
         ImageRequest: {
+            /** @description At most 4000 characters. */
             prompt?: string;
             /** @enum {string} */
             operation?: "generate" | "edit";
+            /** @description At most 200 characters. */
             model?: string;
             /** @enum {string} */
             profile?: "ultrasound";
             /** @description Base64 source image, with or without a `data:image/…;base64,` prefix */
             image?: string;
-            /** @description http(s) URL of a PNG, JPEG, WebP or GIF source image, fetched through the SSRF guard */
+            /** @description http(s) URL of a PNG, JPEG, WebP or GIF source image, fetched through the SSRF guard. At most 2048 characters. */
             image_url?: string;
             /** @description Id of a stored raw image (storage file of type `image`) of this workspace */
             raw_image_id?: string;
@@ -1727,7 +1767,7 @@ export interface components {
         PasswordChanged: {
             /** @constant */
             passwordChanged: true;
-            /** @description Other sessions of the user that were signed out */
+            /** @description Other sessions of the user that were signed out. From -9,007,199,254,740,991 to 9,007,199,254,740,991. */
             sessionsRevoked: number;
         };
         /**
@@ -2057,6 +2097,7 @@ export interface components {
             };
             tools: components["schemas"]["AgentToolBindingOutput"][];
             integrationBindings: components["schemas"]["IntegrationBindingOutput"][];
+            /** @description Standard Webhooks secret (`whsec_` + base64 key) signing this agent's tool callbacks and run webhooks */
             callbackSecret: string;
             createdAt: string;
             updatedAt: string;
@@ -2249,7 +2290,7 @@ export interface components {
                 latencyMs: number;
             };
             contextWindow: {
-                /** @description Prompt tokens / the model context window */
+                /** @description Prompt tokens / the model context window. From 0 to 1. */
                 utilization: number;
             };
         };
@@ -2474,7 +2515,7 @@ export interface components {
         RunEvent: {
             /** @description Run-scoped event id: the decimal form of `sequence_number`, identical to the SSE `id:`, so it can be sent as `Last-Event-ID` (or `after`) to resume after this event */
             id: string;
-            /** @description Position of the event in the run log (1, 2, 3…), for ordering */
+            /** @description Position of the event in the run log (1, 2, 3…), for ordering. From -9,007,199,254,740,991 to 9,007,199,254,740,991. */
             sequence_number: number;
             event_type: string;
             payload: {
@@ -2761,7 +2802,7 @@ export interface components {
             threadId: string;
             turnId: string;
             contextWindow: {
-                /** @description Prompt tokens / the model context window */
+                /** @description Prompt tokens / the model context window. From 0 to 1. */
                 utilization: number;
             };
             metadata: {
@@ -2822,6 +2863,7 @@ export interface components {
         InsightReportLlm: {
             executiveSummary: string;
             insights: {
+                /** @description 1 to 120 characters. */
                 title: string;
                 body: string;
                 /** @enum {string} */
@@ -2849,6 +2891,7 @@ export interface components {
             prompt: string;
             /** @enum {string} */
             operation: "generate" | "edit";
+            /** @description From -9,007,199,254,740,991 to 9,007,199,254,740,991. */
             tokensUsed: number;
             /** @enum {string} */
             profile?: "ultrasound";
@@ -2865,7 +2908,7 @@ export interface components {
             /** @description Signed URL of the processed PNG, valid 15 minutes */
             processed_url?: string;
             request_id?: string;
-            /** @description Credits charged, in micro-dollars */
+            /** @description Credits charged, in micro-dollars. From -9,007,199,254,740,991 to 9,007,199,254,740,991. */
             costMicros: number;
         };
         RagUploadResult: {
@@ -2900,20 +2943,26 @@ export interface components {
         };
         /** @description Binds a platform tool or an integration-pack tool by id. */
         AgentToolBindingOutput: {
+            /** @description At least 1 characters. */
             toolId: string;
             /** @default true */
             enabled: boolean;
         };
         IntegrationBindingOutput: {
+            /** @description At least 1 characters. */
             packId: string;
+            /** @description At least 1 characters. */
             workspaceIntegrationId: string;
             enabledSkillIds?: string[];
             /** @default true */
             enabled: boolean;
         };
         AppChatControlsOutput: {
+            /** @description From 0 to 2. */
             temperature?: number;
+            /** @description From 1 to 32,000. */
             maxTokens?: number;
+            /** @description From 0 to 100. */
             maxContextMessages?: number;
         };
     };
@@ -3029,7 +3078,9 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
+                    /** @description 1 to 1024 characters. */
                     currentPassword: string;
+                    /** @description 1 to 1024 characters. */
                     newPassword: string;
                 };
             };
@@ -3083,7 +3134,9 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
+                    /** @description 1 to 320 characters. */
                     email: string;
+                    /** @description 1 to 1024 characters. */
                     password: string;
                     /** @description The workspace to act in; default: the first the user joined */
                     workspaceId?: string;
@@ -3209,6 +3262,7 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
+                    /** @description At least 1 characters. */
                     workspaceId: string;
                 };
             };
@@ -3699,6 +3753,7 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
+                    /** @description 1 to 320 characters. */
                     email: string;
                     /**
                      * @default member
@@ -3818,6 +3873,7 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
+                    /** @description 1 to 200 characters. */
                     token: string;
                 };
             };
@@ -3853,8 +3909,9 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
+                    /** @description 1 to 200 characters. */
                     token: string;
-                    /** @description For a new account: its password (at least 8 characters). For an existing account not signed in: its password. */
+                    /** @description For a new account: its password (at least 8 characters). For an existing account not signed in: its password. At most 1024 characters. */
                     password?: string;
                     /** @description Display name of a new account */
                     name?: string | null;
@@ -3910,10 +3967,12 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
+                    /** @description 1 to 320 characters. */
                     email: string;
+                    /** @description At most 1024 characters. */
                     password: string;
                     name?: string | null;
-                    /** @description Name of the workspace created for the new account (default: derived from the email) */
+                    /** @description Name of the workspace created for the new account (default: derived from the email) 1 to 200 characters. */
                     workspaceName?: string;
                 };
             };
@@ -4011,12 +4070,18 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
+                    /** @description Matching `^[a-zA-Z0-9_-]{1,32}$`. */
                     name: string;
+                    /** @description At most 2048 characters. */
                     url: string;
                     /** @description Sent with every request to the server (e.g. `{"value":"Bearer …"}`); stored encrypted */
                     authHeader?: {
-                        /** @default Authorization */
+                        /**
+                         * @description Matching `^[A-Za-z0-9-]{1,64}$`.
+                         * @default Authorization
+                         */
                         name?: string;
+                        /** @description 1 to 4096 characters; matching `^[^\r\n]*$`. */
                         value: string;
                     };
                 };
@@ -4448,12 +4513,17 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
+                    /** @description 1 to 200 characters. */
                     name: string;
+                    /** @description At most 2000 characters. */
                     businessUseCase?: string;
+                    /** @description At most 4000 characters. */
                     description?: string;
+                    /** @description At most 100,000 characters. */
                     prompt?: string;
                     config?: components["schemas"]["AgentConfigInput"];
                     llm?: {
+                        /** @description At least 1 characters. */
                         componentId: string;
                     };
                 };
@@ -4660,13 +4730,19 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
+                    /** @description 1 to 200 characters. */
                     name?: string;
+                    /** @description At most 4000 characters. */
                     description?: string;
+                    /** @description At most 2000 characters. */
                     businessUseCase?: string;
+                    /** @description At most 100,000 characters. */
                     prompt?: string;
                     isPublic?: boolean;
                     config?: components["schemas"]["AgentConfigInput"];
+                    /** @description At most 100 items. */
                     tools?: components["schemas"]["AgentToolBinding"][];
+                    /** @description At most 50 items. */
                     integrationBindings?: components["schemas"]["IntegrationBinding"][];
                 };
             };
@@ -4818,7 +4894,9 @@ export interface operations {
                     metadata?: {
                         [key: string]: unknown;
                     };
+                    /** @description At most 256 characters. */
                     end_user_id?: string;
+                    /** @description At most 500 characters. */
                     title?: string;
                 };
             };
@@ -5095,8 +5173,10 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
+                    /** @description At least 1 characters. */
                     toolCallId: string;
                     result?: unknown;
+                    /** @description At most 10,000 characters. */
                     error?: string;
                 };
             };
@@ -5161,6 +5241,7 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
+                    /** @description At least 1 characters. */
                     runId: string;
                 };
             };
@@ -5222,7 +5303,9 @@ export interface operations {
             query?: {
                 type?: "all" | "images" | "deliverables" | "documents" | "files";
                 limit?: string | number;
+                /** @description At most 255 characters. */
                 search?: string;
+                /** @description At most 200 characters. */
                 cursor?: string;
             };
             header?: never;
@@ -5297,6 +5380,7 @@ export interface operations {
             path: {
                 /** @description Must be the workspace of the API key, otherwise 401 */
                 workspaceId: string;
+                /** @description At least 1 characters. */
                 fileId: string;
             };
             cookie?: never;
@@ -5366,6 +5450,7 @@ export interface operations {
             path: {
                 /** @description Must be the workspace of the API key, otherwise 401 */
                 workspaceId: string;
+                /** @description At least 1 characters. */
                 fileId: string;
             };
             cookie?: never;
@@ -5456,6 +5541,7 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
+                    /** @description At least 1 characters. */
                     fileId: string;
                     /**
                      * @description `rename` (default) or `move`
@@ -5540,6 +5626,7 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
+                    /** @description At least 1 characters. */
                     folderPath: string;
                 };
             };
@@ -5605,7 +5692,9 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
+                    /** @description At least 1 characters. */
                     folderPath: string;
+                    /** @description At least 1 characters. */
                     newName: string;
                 };
             };
@@ -5753,7 +5842,9 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
+                    /** @description At least 1 characters. */
                     repoUrl: string;
+                    /** @description At most 255 characters. */
                     branch?: string;
                     pathPrefix?: string;
                 };
@@ -5810,7 +5901,9 @@ export interface operations {
     "apps-list": {
         parameters: {
             query?: {
+                /** @description From -9,007,199,254,740,991 to 9,007,199,254,740,991. */
                 limit?: number;
+                /** @description From -9,007,199,254,740,991 to 9,007,199,254,740,991. */
                 offset?: number;
             };
             header?: never;
@@ -5885,6 +5978,7 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
+                    /** @description 1 to 200 characters. */
                     name: string;
                     description?: string | null;
                     systemPrompt?: string | null;
@@ -6025,6 +6119,7 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
+                    /** @description 1 to 200 characters. */
                     name?: string;
                     description?: string | null;
                     systemPrompt?: string | null;
@@ -6070,9 +6165,13 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
+                    /** @description 1 to 2000 characters. */
                     message: string;
+                    /** @description Who is writing, in your app’s own words (`student`, `teacher`, `customer`, `visitor`…): the model is told "The person writing has the role: <role>" and the message is stored with it as `metadata.callerRole`. Not the message’s author role (the message is always the user’s). 1 to 64 characters. */
                     role: string;
+                    /** @description At most 64 characters. */
                     threadId?: string;
+                    /** @description At most 256 characters. */
                     sessionId?: string;
                     lessonContext?: {
                         [key: string]: unknown;
@@ -6083,6 +6182,7 @@ export interface operations {
                     pageContext?: {
                         [key: string]: unknown;
                     };
+                    /** @description At most 100 items. */
                     chatHistory?: {
                         role: string;
                         content: string;
@@ -6170,7 +6270,9 @@ export interface operations {
     "apps-listThreads": {
         parameters: {
             query?: {
+                /** @description From -9,007,199,254,740,991 to 9,007,199,254,740,991. */
                 limit?: number;
+                /** @description From -9,007,199,254,740,991 to 9,007,199,254,740,991. */
                 offset?: number;
                 status?: "active" | "archived" | "closed";
             };
@@ -6214,10 +6316,12 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
+                    /** @description 1 to 200 characters. */
                     title?: string;
                     metadata?: {
                         [key: string]: unknown;
                     };
+                    /** @description At most 256 characters. */
                     sessionId?: string;
                 };
             };
@@ -6338,6 +6442,7 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
+                    /** @description 1 to 200 characters. */
                     title?: string;
                     /** @enum {string} */
                     status?: "active" | "archived" | "closed";
@@ -6386,7 +6491,9 @@ export interface operations {
     "apps-listMessages": {
         parameters: {
             query?: {
+                /** @description From -9,007,199,254,740,991 to 9,007,199,254,740,991. */
                 limit?: number;
+                /** @description From -9,007,199,254,740,991 to 9,007,199,254,740,991. */
                 offset?: number;
             };
             header?: never;
@@ -6439,12 +6546,17 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
+                    /** @description At least 1 characters. */
                     threadId: string;
+                    /** @description 1 to 100 items. */
                     messages: {
                         /** @enum {string} */
                         role: "user" | "assistant";
+                        /** @description 1 to 100,000 characters. */
                         content: string;
+                        /** @description At most 256 characters. */
                         requestId?: string;
+                        /** @description At most 256 characters. */
                         turnId?: string;
                         metadata?: {
                             [key: string]: unknown;
@@ -6526,7 +6638,9 @@ export interface operations {
     "widgetTokens-list": {
         parameters: {
             query?: {
+                /** @description From -9,007,199,254,740,991 to 9,007,199,254,740,991. */
                 limit?: number;
+                /** @description From -9,007,199,254,740,991 to 9,007,199,254,740,991. */
                 offset?: number;
             };
             header?: never;
@@ -6603,11 +6717,15 @@ export interface operations {
                 "application/json": {
                     /** @description Scope the token to one app; omitted = every app of the workspace */
                     appId?: string;
+                    /** @description At most 200 characters. */
                     name?: string;
-                    /** @description End-user id; threads created with the token carry it as metadata.external_user_id */
+                    /** @description End-user id; threads created with the token carry it as metadata.external_user_id. 1 to 256 characters. */
                     subject?: string;
+                    /** @description At most 20 items. */
                     allowedOrigins?: string[];
+                    /** @description From 60 to 86,400. */
                     ttlSeconds?: number;
+                    /** @description From 1 to 100,000. */
                     maxRequests?: number;
                 };
             };
@@ -6750,12 +6868,13 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
+                    /** @description 1 to 100,000 characters. */
                     task: string;
                     sessionId?: string;
                     metadata?: components["schemas"]["RunMetadata"];
                     /**
                      * Format: uri
-                     * @description Completion webhook (also accepted as metadata.webhookUrl); docs/runs.md
+                     * @description Completion webhook (also accepted as metadata.webhookUrl); docs/runs.md. At most 2048 characters.
                      */
                     webhookUrl?: string;
                 };
@@ -6880,12 +6999,15 @@ export interface operations {
     "insights-listConversations": {
         parameters: {
             query?: {
+                /** @description From -9,007,199,254,740,991 to 9,007,199,254,740,991. */
                 limit?: number;
+                /** @description From -9,007,199,254,740,991 to 9,007,199,254,740,991. */
                 offset?: number;
                 from?: string;
                 to?: string;
                 app_id?: string | string[];
                 app_ids?: string;
+                /** @description At most 256 characters. */
                 user_key?: string;
                 status?: "active" | "archived" | "closed";
             };
@@ -7033,6 +7155,7 @@ export interface operations {
     "insights-usage": {
         parameters: {
             query?: {
+                /** @description From 1 to 90. */
                 days?: number;
             };
             header?: never;
@@ -7105,6 +7228,7 @@ export interface operations {
             header?: never;
             path: {
                 workspaceId: string;
+                /** @description At most 200 characters. */
                 requestId: string;
             };
             cookie?: never;
@@ -7245,16 +7369,16 @@ export interface operations {
             content: {
                 "application/json": {
                     query: string;
-                    /** @description Workspace to search: the signed-in person must be a member, otherwise 403 */
+                    /** @description Workspace to search: the signed-in person must be a member, otherwise 403. At least 1 characters. */
                     workspace_id: string;
                     options?: {
-                        /** @description Default 5 */
+                        /** @description Default 5. From 1 to 50. */
                         max_sources?: number;
                         /** @description Default 0.7. Minimum `relevance_score` of a source (0 to 1): the fused rank score divided by the best possible one. 0.7 keeps chunks found by both the full-text and the vector stage (see docs/rag.md). */
                         confidence_threshold?: number;
                         /** @description Default true: each source carries `metadata` */
                         include_metadata?: boolean;
-                        /** @description Conversation continuity: follow-up questions see the previous turns of this id */
+                        /** @description Conversation continuity: follow-up questions see the previous turns of this id. At most 200 characters. */
                         session_id?: string;
                     };
                 };
@@ -7311,7 +7435,7 @@ export interface operations {
     "rag-listDocuments": {
         parameters: {
             query: {
-                /** @description Workspace to search: the signed-in person must be a member, otherwise 403 */
+                /** @description Workspace to search: the signed-in person must be a member, otherwise 403. At least 1 characters. */
                 workspace_id: string;
             };
             header?: never;
@@ -7381,7 +7505,7 @@ export interface operations {
     "rag-deleteDocument": {
         parameters: {
             query: {
-                /** @description Workspace to search: the signed-in person must be a member, otherwise 403 */
+                /** @description Workspace to search: the signed-in person must be a member, otherwise 403. At least 1 characters. */
                 workspace_id: string;
             };
             header?: never;
@@ -7463,7 +7587,7 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
-                    /** @description Workspace to search: the signed-in person must be a member, otherwise 403 */
+                    /** @description Workspace to search: the signed-in person must be a member, otherwise 403. At least 1 characters. */
                     workspace_id: string;
                 };
             };
@@ -7522,6 +7646,7 @@ export interface operations {
             header?: never;
             path: {
                 workspaceId: string;
+                /** @description At least 1 characters. */
                 fileId: string;
             };
             cookie?: never;
@@ -7748,9 +7873,13 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
+                    /** @description 1 to 2000 characters. */
                     message: string;
+                    /** @description Who is writing, in your app’s own words (`student`, `teacher`, `customer`, `visitor`…): the model is told "The person writing has the role: <role>" and the message is stored with it as `metadata.callerRole`. Not the message’s author role (the message is always the user’s). 1 to 64 characters. */
                     role: string;
+                    /** @description At most 64 characters. */
                     threadId?: string;
+                    /** @description At most 256 characters. */
                     sessionId?: string;
                     lessonContext?: {
                         [key: string]: unknown;
@@ -7761,6 +7890,7 @@ export interface operations {
                     pageContext?: {
                         [key: string]: unknown;
                     };
+                    /** @description At most 100 items. */
                     chatHistory?: {
                         role: string;
                         content: string;
@@ -7830,7 +7960,9 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
+                    /** @description 1 to 100,000 characters. */
                     message: string;
+                    /** @description 1 to 200 characters. */
                     model?: string;
                     /**
                      * @default reject
@@ -8221,6 +8353,14 @@ export interface operations {
                 };
                 content?: never;
             };
+            /** @description A failure, for a browser (`Accept: text/html`): to `/sign-in/problem?code=<code>` */
+            303: {
+                headers: {
+                    Location?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
             /** @description `INVALID_RETURN_TO` */
             400: {
                 headers: {
@@ -8267,6 +8407,14 @@ export interface operations {
         responses: {
             /** @description Signed in: to `returnTo`, with the `aisuite_session` cookie set */
             302: {
+                headers: {
+                    Location?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description A failure, for a browser (`Accept: text/html`): to `/sign-in/problem?code=<code>` */
+            303: {
                 headers: {
                     Location?: string;
                     [name: string]: unknown;

@@ -47,39 +47,38 @@ export class AppThreads {
     );
   }
 
-  /** Title defaults to `New Thread`, metadata to `{}`. */
-  async create(appId: string, body: AppThreadCreateParams = {}, opts: Opts = {}): Promise<AppThread> {
-    const res = await this.client.request<{ data: AppThread }>({
+  /** Title defaults to `New Thread`, metadata to `{}`. Resolves to `{ data: thread }`, as the API answers. */
+  create(appId: string, body: AppThreadCreateParams = {}, opts: Opts = {}): APIPromise<{ data: AppThread }> {
+    return this.client.request({
       method: 'POST',
       path: `/apps/${seg(appId)}/memory/threads`,
       body,
       ...opts,
     });
-    return res.data;
   }
 
-  async get(appId: string, threadId: string, opts: Opts = {}): Promise<AppThread> {
-    const res = await this.client.request<{ data: AppThread }>({
+  /** `{ data: thread }`; `NotFoundError` (`Thread not found`) for another app's or workspace's thread. */
+  get(appId: string, threadId: string, opts: Opts = {}): APIPromise<{ data: AppThread }> {
+    return this.client.request({
       method: 'GET',
       path: `/apps/${seg(appId)}/memory/threads/${seg(threadId)}`,
       ...opts,
     });
-    return res.data;
   }
 
-  async update(
+  /** Only the fields sent change; `status` one of `active`, `archived`, `closed`. Resolves to `{ data: thread }`. */
+  update(
     appId: string,
     threadId: string,
     body: AppThreadUpdateParams,
     opts: Opts = {},
-  ): Promise<AppThread> {
-    const res = await this.client.request<{ data: AppThread }>({
+  ): APIPromise<{ data: AppThread }> {
+    return this.client.request({
       method: 'PATCH',
       path: `/apps/${seg(appId)}/memory/threads/${seg(threadId)}`,
       body,
       ...opts,
     });
-    return res.data;
   }
 
   /** Archives the thread (it is never removed). */
@@ -120,8 +119,9 @@ export class Apps {
     this.threads = new AppThreads(client);
   }
 
-  async create(body: AppCreateParams, opts: Opts = {}): Promise<App> {
-    return (await this.client.request<{ app: App }>({ method: 'POST', path: '/apps', body, ...opts })).app;
+  /** Creates an app (API key only). Resolves to `{ app }`, as the API answers. */
+  create(body: AppCreateParams, opts: Opts = {}): APIPromise<{ app: App }> {
+    return this.client.request({ method: 'POST', path: '/apps', body, ...opts });
   }
 
   list(query: OffsetQuery = {}, opts: Opts = {}): PagePromise<AppList, App, OffsetQuery> {
@@ -132,15 +132,14 @@ export class Apps {
     );
   }
 
-  async get(appId: string, opts: Opts = {}): Promise<App> {
-    return (await this.client.request<{ app: App }>({ method: 'GET', path: `/apps/${seg(appId)}`, ...opts }))
-      .app;
+  /** `{ app }`; `AuthenticationError` (`Unauthorized or app not found`) for an app of another workspace. */
+  get(appId: string, opts: Opts = {}): APIPromise<{ app: App }> {
+    return this.client.request({ method: 'GET', path: `/apps/${seg(appId)}`, ...opts });
   }
 
-  async update(appId: string, body: AppUpdateParams, opts: Opts = {}): Promise<App> {
-    return (
-      await this.client.request<{ app: App }>({ method: 'PATCH', path: `/apps/${seg(appId)}`, body, ...opts })
-    ).app;
+  /** Only the fields sent change; `controls` are merged. Resolves to `{ app }`. */
+  update(appId: string, body: AppUpdateParams, opts: Opts = {}): APIPromise<{ app: App }> {
+    return this.client.request({ method: 'PATCH', path: `/apps/${seg(appId)}`, body, ...opts });
   }
 
   delete(appId: string, opts: Opts = {}): APIPromise<{ deleted: true; id: string }> {

@@ -43,12 +43,14 @@ export class Conversations {
     );
   }
 
-  /** One conversation: messages (content cut at 4000 characters), usage records and events. */
-  async get(threadId: string, opts: Opts = {}): Promise<ConversationDetail> {
-    const res = await this.client.inWorkspace(`${BASE}/${encodeURIComponent(threadId)}`, (path) =>
+  /**
+   * One conversation as `{ data }`: messages (content cut at 4000 characters), usage records
+   * and the 200 most recent usage events. `NotFoundError` (`Conversation not found`).
+   */
+  get(threadId: string, opts: Opts = {}): APIPromise<{ data: ConversationDetail }> {
+    return this.client.inWorkspace(`${BASE}/${encodeURIComponent(threadId)}`, (path) =>
       this.client.request<{ data: ConversationDetail }>({ method: 'GET', path, ...opts }),
     );
-    return res.data;
   }
 }
 

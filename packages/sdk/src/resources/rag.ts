@@ -145,6 +145,12 @@ export class Rag {
    * success: each file has its own `{filename, documentId, chunks, status, error?}` in
    * `results.details`. When every file fails for its type or size: `BadRequestError`. Not
    * retried (the body is a stream).
+   *
+   * @param files at least one; each `.txt`, `.md`, `.csv`, `.json`, `.pdf` or `.docx` (by its
+   *   name), at most 100 MB (`File <name> exceeds maximum size of 100MB`): a path, a `File`, a
+   *   file stream, `{ name, content }` or `toFile(…)`
+   * @param params `workspaceId`: default the session's workspace (`Access denied to workspace`
+   *   for another)
    */
   upload(files: RagFileInput[], params: RagUploadParams = {}, opts: Opts = {}): APIPromise<RagUploadResult> {
     let parts: ReturnType<typeof filePart>[];
@@ -172,6 +178,11 @@ export class Rag {
   /**
    * Asks a question: `result.answer` cites `result.sources` as `[1]`, `[2]`…; each source has
    * `content`, `document`, `page`, `confidence` and `relevance_score` (0..1).
+   *
+   * @param params `query` (required, a non-empty string), `workspaceId`, `options`:
+   *   `max_sources` (default 5), `confidence_threshold` (0 to 1, default 0.7),
+   *   `include_metadata` (default true), `session_id`. `RateLimitError` (429 `Monthly quota
+   *   exceeded`) past the workspace's monthly query quota.
    */
   query(params: RagQueryParams, opts: Opts = {}): APIPromise<RagQueryResult> {
     return this.call(params.workspaceId, (ws, client) =>

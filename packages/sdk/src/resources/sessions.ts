@@ -8,7 +8,7 @@ import type { AgentSession, SessionTimeline, ToolResultAccepted } from './types.
 type Opts = { signal?: AbortSignal };
 
 export interface SendMessageOptions {
-  /** Model override for this turn only. */
+  /** Model override for this turn only: a model id of `client.models.list()`, 1 to 200 characters. */
   model?: string;
   /** Handlers of integrator-owned tools, run automatically when the agent asks for them. */
   tools?: ToolHandlers;
@@ -50,6 +50,13 @@ export class Sessions {
     );
   }
 
+  /**
+   * Opens a session of the agent. `RateLimitError` (429) past the workspace's session-creation rate.
+   *
+   * @param agentId an agent of the workspace (`NotFoundError` `Agent not found` otherwise)
+   * @param body `metadata` (any object), `end_user_id` (at most 256 characters: who the session
+   *   is for), `title` (at most 200 characters)
+   */
   create(
     agentId: string,
     body: { metadata?: Record<string, unknown>; end_user_id?: string; title?: string } = {},
@@ -120,6 +127,12 @@ export class Sessions {
   /**
    * Sends a message and streams the turn. Integrator-owned tools with a handler in
    * `options.tools` run automatically (a throwing handler reports an `error` result).
+   *
+   * @param sessionId a session of the workspace's agents
+   * @param message required and not empty (`BadRequestError` `message is required`); at most
+   *   100,000 characters
+   * @param options `model` for this turn, `tools`, `concurrency` when a turn already runs,
+   *   `signal`, `maxReconnects`. `RateLimitError` (429) past the workspace's agent-message rate.
    */
   send(sessionId: string, message: string, options: SendMessageOptions = {}): AgentTurnStream {
     const body: Record<string, unknown> = { message };

@@ -1,6 +1,8 @@
 import type { AiSuite } from '../client.js';
-import type { APIPromise } from '../core/api-promise.js';
+import { APIPromise } from '../core/api-promise.js';
+import { AiSuiteError } from '../core/errors.js';
 import { cursorPages, PagePromise } from '../core/pagination.js';
+import { type FileLike, type ToFileInput, toFile } from '../lib/to-file.js';
 import type {
   CreateFolderResult,
   GitHostImportResult,
@@ -45,11 +47,34 @@ export interface ImportFile {
 }
 
 export type ImportParams =
-  | { kind?: 'folder' | 'files'; files: ImportFile[]; pathPrefix?: string }
+  | { kind?: 'folder' | 'files'; files: (ImportFile | FileLike)[]; pathPrefix?: string }
   | { kind?: 'zip'; zip: Uploadable; filename?: string; pathPrefix?: string };
 
 interface Opts {
   signal?: AbortSignal;
+}
+
+export interface UploadOptions extends Opts {
+  /** Folder to put the file in (`/reports/2026`), created when missing; default `/`. */
+  folder?: string;
+  /** File name (with its extension); default: the one the file carries (see `toFile`). */
+  name?: string;
+  /** MIME type; default: the file's, else the server guesses it from the extension. */
+  type?: string;
+}
+
+/** What `storage.upload` resolves to: the import's answer and the new file's id. */
+export type UploadResult = ImportResult & { fileId: string };
+
+/** The server refused the file (its name or path); `path` is where it would have gone. */
+export class StorageUploadError extends AiSuiteError {
+  override name = 'StorageUploadError';
+  constructor(
+    message: string,
+    readonly path: string,
+  ) {
+    super(message);
+  }
 }
 
 const enc = new TextEncoder();
@@ -284,8 +309,44 @@ export class Storage {
   }
 
   /**
+   * Uploads one file into `folder` (created when missing), streamed; a file already at that path
+   * is replaced. Resolves to the import's answer with `fileId`, the new file's id. Not retried
+   * (the body is a stream).
+   *
+   * @param file a path (Node), bytes, a `Blob`/`File`, a stream, a `Response` or a `toFile(…)`
+   *   result; bytes, blobs and streams need `options.name` (or `toFile(data, name)`)
+   * @param options `folder` (default `/`), `name`, `type`, `signal`
+   * @throws StorageUploadError when the server refuses the file's name or path;
+   *   `APIError` 413 (`File <name> exceeds the 500 MB upload limit`) past 500 MB
+   */
+  upload(file: ToFileInput, options: UploadOptions = {}): APIPromise<UploadResult> {
+    const { folder, name, type, ...opts } = options;
+    let f: FileLike;
+    try {
+      f = toFile(file, name, { type });
+    } catch (err) {
+      return new APIPromise(Promise.reject(err));
+    }
+    const inner = this.import({ kind: 'files', files: [f], pathPrefix: folder }, opts);
+    return new APIPromise(
+      inner.withResponse().then(({ data, response }) => {
+        const fileId = data.fileIds[0];
+        if (!fileId) {
+          const refused = data.errors[0];
+          throw new StorageUploadError(refused?.error ?? 'The file was not stored', refused?.path ?? f.name);
+        }
+        return { data: { ...data, fileId }, response };
+      }),
+    );
+  }
+
+  /**
    * Imports files (relative paths keep their folders) or a zip, streamed. Files already at the
    * same path are replaced. Not retried (the body is a stream).
+   *
+   * @param params `files` (each `{ path, content, type? }` or a `toFile(…)` result, named by
+   *   its path inside the import) or `zip`; `pathPrefix`: the folder they go under. At most 500 MB
+   *   per file (413 past it); a zip's entries and uncompressed size are bounded by the server.
    */
   import(params: ImportParams, opts: Opts = {}): APIPromise<ImportResult> {
     const fields: [string, string][] = [];
@@ -304,7 +365,7 @@ export class Storage {
       fields.push(['kind', params.kind ?? 'files']);
       files = params.files.map((f) => ({
         field: 'file[]',
-        filename: f.path,
+        filename: 'path' in f ? f.path : f.name,
         type: f.type,
         content: f.content,
       }));

@@ -76,8 +76,20 @@ export type CreatedWidgetToken = Schemas['CreatedWidgetToken'];
 
 export type AppCreateParams = JsonBody<'apps-create'>;
 export type AppUpdateParams = JsonBody<'apps-update'>;
-export type AppChatParams = JsonBody<'apps-chat'>;
-export type AppChatStreamParams = JsonBody<'apps-chatStream'>;
+/**
+ * Who is writing a chat message, in your app's own words: any 1 to 64 characters. The model is
+ * told "The person writing has the role: <role>"; the suggestions are only the usual ones. It is
+ * not the message's author role (`user`/`assistant`), which the service sets itself.
+ */
+export type AppChatRole = 'student' | 'teacher' | 'customer' | 'visitor' | 'user' | (string & {});
+export type AppChatParams = Omit<JsonBody<'apps-chat'>, 'role'> & {
+  /** Who is writing (see `AppChatRole`): 1 to 64 characters; `BadRequestError` `role is required` when empty. */
+  role: AppChatRole;
+};
+export type AppChatStreamParams = Omit<JsonBody<'apps-chatStream'>, 'role'> & {
+  /** Who is writing (see `AppChatRole`): 1 to 64 characters; `BadRequestError` `role is required` when empty. */
+  role: AppChatRole;
+};
 export type AppThreadCreateParams = JsonBody<'apps-createThread'>;
 export type AppThreadUpdateParams = JsonBody<'apps-updateThread'>;
 export type AppSaveMessagesParams = JsonBody<'apps-saveMessages'>;

@@ -3,6 +3,7 @@ import type { ZodOpenApiPathsObject } from 'zod-openapi';
 import { appRouter } from '../router.js';
 import type { Meta } from '../trpc.js';
 import { ErrorBodySchema } from './errors.js';
+import { describeConstraints } from './openapi-constraints.js';
 import { SECURITY_SCHEMES, securityFor } from './openapi-security.js';
 import { rawRouteModules } from './raw-routes.js';
 
@@ -24,8 +25,8 @@ const errorRef = { $ref: '#/components/schemas/ErrorBody' };
 
 /**
  * The OpenAPI 3.1 document of every /api/v1 operation: tRPC procedures and raw routes.
- * Post-processed so every error response references the one `ErrorBody` schema and
- * created resources answer 201.
+ * Post-processed so every error response references the one `ErrorBody` schema, created
+ * resources answer 201, and every limit is also said in words in its description.
  */
 export function buildOpenApiDocument(): OpenAPIObject {
   const paths: ZodOpenApiPathsObject = {};
@@ -71,5 +72,6 @@ export function buildOpenApiDocument(): OpenAPIObject {
       }
     }
   }
+  describeConstraints(doc);
   return doc;
 }

@@ -119,7 +119,14 @@ export const ChatMessageInput = z.object({
     .min(1, 'message is required')
     .max(2000, 'message must be 2000 characters or less')
     .refine((s) => s.trim().length > 0, 'message is required'),
-  role: z.string({ error: 'role is required' }).trim().min(1, 'role is required').max(64),
+  role: z
+    .string({ error: 'role is required' })
+    .trim()
+    .min(1, 'role is required')
+    .max(64)
+    .describe(
+      'Who is writing, in your app’s own words (`student`, `teacher`, `customer`, `visitor`…): the model is told "The person writing has the role: <role>" and the message is stored with it as `metadata.callerRole`. Not the message’s author role (the message is always the user’s).',
+    ),
   threadId: z.string().max(64).optional(),
   sessionId: z.string().max(256, 'sessionId must be 256 characters or less').optional(),
   lessonContext: contextObject,
