@@ -15,15 +15,16 @@ export {
   type ToolHandlers,
 } from './lib/agent-stream.js';
 export { AppChatStream, AppChatStreamError } from './lib/app-chat-stream.js';
+export { type FileLike, type ToFileInput, toFile } from './lib/to-file.js';
 export { MissingToolHandlerError, type PendingToolCall } from './lib/tools.js';
 export {
   type RunWebhook,
   type ToolCallWebhook,
   type VerifyWebhookOptions,
+  verifyWebhook,
   type WebhookEvent,
   type WebhookHeaders,
   WebhookVerificationError,
-  verifyWebhook,
 } from './lib/webhooks.js';
 export type { CreateAgentParams, UpdateAgentParams } from './resources/agents.js';
 export { ApiKeys } from './resources/api-keys.js';
@@ -59,7 +60,6 @@ export {
   TERMINAL_RUN_STATUSES,
 } from './resources/runs.js';
 export type { SendMessageOptions } from './resources/sessions.js';
-export { type FileLike, type ToFileInput, toFile } from './lib/to-file.js';
 export {
   type ImportFile,
   type ImportParams,

@@ -38,7 +38,11 @@ describe('client.apps management', () => {
     expect((await client.apps.get(app.id)).app.name).toBe('Temp');
     // The one rule: the body as the API answers it, and the raw response beside it on request.
     const { data, response } = await client.apps.get(app.id).withResponse();
-    expect(data).toEqual(await (await fetch(`${ts.url}/api/v1/apps/${app.id}`, { headers: { authorization: `Bearer ${ws.apiKey}` } })).json());
+    expect(data).toEqual(
+      await (
+        await fetch(`${ts.url}/api/v1/apps/${app.id}`, { headers: { authorization: `Bearer ${ws.apiKey}` } })
+      ).json(),
+    );
     expect(response.headers.get('x-request-id')).toMatch(/^req_/);
     expect((await client.apps.update(app.id, { name: 'Renamed' })).app.name).toBe('Renamed');
     expect(await client.apps.delete(app.id)).toEqual({ deleted: true, id: app.id });

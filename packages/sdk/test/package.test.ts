@@ -140,7 +140,9 @@ describe('the packed SDK in a project outside the workspace', () => {
       expect(tsc.stdout).toBe('');
 
       // The licence travels with the package.
-      expect(fs.readFileSync(path.join(app, 'node_modules/@ai-suite/sdk/LICENSE'), 'utf8')).toMatch(/^MIT License/);
+      expect(fs.readFileSync(path.join(app, 'node_modules/@ai-suite/sdk/LICENSE'), 'utf8')).toMatch(
+        /^MIT License/,
+      );
       fs.writeFileSync(path.join(app, 'hello.txt'), 'hello from disk');
       const secret = `whsec_${Buffer.alloc(32, 9).toString('base64')}`;
       const body = JSON.stringify({ type: 'run.completed', id: 'r1' });

@@ -173,7 +173,10 @@ describe('client.storage.upload and toFile', () => {
       await client.storage.upload(new File(['file'], 'file.txt', { type: 'text/plain' }), { folder: '/up' }),
       await client.storage.upload(new Blob(['web stream']).stream(), { name: 'web.txt', folder: '/up' }),
       await client.storage.upload(fs.createReadStream(onDisk), { folder: '/up/node' }),
-      await client.storage.upload(Readable.from([Buffer.from('readable')]), { name: 'readable.txt', folder: '/up' }),
+      await client.storage.upload(Readable.from([Buffer.from('readable')]), {
+        name: 'readable.txt',
+        folder: '/up',
+      }),
       await client.storage.upload(new Response('response', { headers: { 'content-type': 'text/csv' } }), {
         name: 'response.csv',
         folder: '/up',
@@ -224,8 +227,8 @@ describe('client.storage.upload and toFile', () => {
     expect(err).toBeInstanceOf(StorageUploadError);
     expect((err as StorageUploadError).message).toMatch(/^Invalid (path|file name)/);
     // A folder that escapes the tree is refused before anything is stored.
-    await expect(client.storage.upload(Buffer.from('x'), { name: 'y.txt', folder: '/../etc' })).rejects.toThrow(
-      BadRequestError,
-    );
+    await expect(
+      client.storage.upload(Buffer.from('x'), { name: 'y.txt', folder: '/../etc' }),
+    ).rejects.toThrow(BadRequestError);
   });
 });

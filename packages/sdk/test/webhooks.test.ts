@@ -1,10 +1,10 @@
-import { type HttpFixture, type RecordedHttpRequest, startHttpFixture } from '@ai-suite/testkit';
 import {
   createTestWorkspace,
   type FakeOpenAI,
   startTestServerWithFakeModel,
   type TestServer,
 } from '@ai-suite/server/test-harness';
+import { type HttpFixture, type RecordedHttpRequest, startHttpFixture } from '@ai-suite/testkit';
 import { Webhook } from 'standardwebhooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AiSuite, type ToolCallWebhook, verifyWebhook, WebhookVerificationError } from '../src/index.js';

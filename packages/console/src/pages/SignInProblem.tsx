@@ -73,9 +73,8 @@ export function SignInProblem() {
         <p>{problem.text}</p>
         {problem.invite ? (
           <p>
-            To get in, ask an owner or admin of the workspace you want to join to invite your email
-            address (Members, then Invite). The invitation link lets you in with the identity provider or a
-            password.
+            To get in, ask an owner or admin of the workspace you want to join to invite your email address
+            (Members, then Invite). The invitation link lets you in with the identity provider or a password.
           </p>
         ) : null}
         <ul className="ways-back">

@@ -1589,7 +1589,7 @@ export interface components {
             };
             input: {
                 aggregates: {
-                    /** @description From 0 to 9,007,199,254,740,991. */
+                    /** @description At least 0. */
                     recordCount?: number;
                     metrics?: {
                         [key: string]: string | number | boolean | null;
@@ -1767,7 +1767,7 @@ export interface components {
         PasswordChanged: {
             /** @constant */
             passwordChanged: true;
-            /** @description Other sessions of the user that were signed out. From -9,007,199,254,740,991 to 9,007,199,254,740,991. */
+            /** @description Other sessions of the user that were signed out */
             sessionsRevoked: number;
         };
         /**
@@ -2515,7 +2515,7 @@ export interface components {
         RunEvent: {
             /** @description Run-scoped event id: the decimal form of `sequence_number`, identical to the SSE `id:`, so it can be sent as `Last-Event-ID` (or `after`) to resume after this event */
             id: string;
-            /** @description Position of the event in the run log (1, 2, 3…), for ordering. From -9,007,199,254,740,991 to 9,007,199,254,740,991. */
+            /** @description Position of the event in the run log (1, 2, 3…), for ordering */
             sequence_number: number;
             event_type: string;
             payload: {
@@ -2891,7 +2891,6 @@ export interface components {
             prompt: string;
             /** @enum {string} */
             operation: "generate" | "edit";
-            /** @description From -9,007,199,254,740,991 to 9,007,199,254,740,991. */
             tokensUsed: number;
             /** @enum {string} */
             profile?: "ultrasound";
@@ -2908,7 +2907,7 @@ export interface components {
             /** @description Signed URL of the processed PNG, valid 15 minutes */
             processed_url?: string;
             request_id?: string;
-            /** @description Credits charged, in micro-dollars. From -9,007,199,254,740,991 to 9,007,199,254,740,991. */
+            /** @description Credits charged, in micro-dollars */
             costMicros: number;
         };
         RagUploadResult: {
@@ -4809,7 +4808,9 @@ export interface operations {
     "agents-listSessions": {
         parameters: {
             query?: {
+                /** @description Items per page: default 25, clamped to 1 to 100. */
                 limit?: number;
+                /** @description Items to skip: default 0; a negative value counts as 0. */
                 offset?: number;
             };
             header?: never;
@@ -5302,6 +5303,7 @@ export interface operations {
         parameters: {
             query?: {
                 type?: "all" | "images" | "deliverables" | "documents" | "files";
+                /** @description Default 50, capped at 200 */
                 limit?: string | number;
                 /** @description At most 255 characters. */
                 search?: string;
@@ -5901,9 +5903,9 @@ export interface operations {
     "apps-list": {
         parameters: {
             query?: {
-                /** @description From -9,007,199,254,740,991 to 9,007,199,254,740,991. */
+                /** @description Apps per page: default 50, clamped to 1 to 200. */
                 limit?: number;
-                /** @description From -9,007,199,254,740,991 to 9,007,199,254,740,991. */
+                /** @description Apps to skip: default 0. */
                 offset?: number;
             };
             header?: never;
@@ -6270,9 +6272,9 @@ export interface operations {
     "apps-listThreads": {
         parameters: {
             query?: {
-                /** @description From -9,007,199,254,740,991 to 9,007,199,254,740,991. */
+                /** @description Threads per page: default 20, capped at 100. */
                 limit?: number;
-                /** @description From -9,007,199,254,740,991 to 9,007,199,254,740,991. */
+                /** @description Threads to skip: default 0. */
                 offset?: number;
                 status?: "active" | "archived" | "closed";
             };
@@ -6491,9 +6493,9 @@ export interface operations {
     "apps-listMessages": {
         parameters: {
             query?: {
-                /** @description From -9,007,199,254,740,991 to 9,007,199,254,740,991. */
+                /** @description Messages per page: default 50, capped at 200. */
                 limit?: number;
-                /** @description From -9,007,199,254,740,991 to 9,007,199,254,740,991. */
+                /** @description Messages to skip: default 0. */
                 offset?: number;
             };
             header?: never;
@@ -6638,9 +6640,9 @@ export interface operations {
     "widgetTokens-list": {
         parameters: {
             query?: {
-                /** @description From -9,007,199,254,740,991 to 9,007,199,254,740,991. */
+                /** @description Tokens per page: default 50, clamped to 1 to 200. */
                 limit?: number;
-                /** @description From -9,007,199,254,740,991 to 9,007,199,254,740,991. */
+                /** @description Tokens to skip: default 0. */
                 offset?: number;
             };
             header?: never;
@@ -6789,7 +6791,9 @@ export interface operations {
     "runs-listRuns": {
         parameters: {
             query?: {
+                /** @description Items per page: default 25, clamped to 1 to 100. */
                 limit?: number;
+                /** @description Items to skip: default 0; a negative value counts as 0. */
                 offset?: number;
             };
             header?: never;
@@ -6999,9 +7003,9 @@ export interface operations {
     "insights-listConversations": {
         parameters: {
             query?: {
-                /** @description From -9,007,199,254,740,991 to 9,007,199,254,740,991. */
+                /** @description Conversations per page: default 20, clamped to 1 to 100. */
                 limit?: number;
-                /** @description From -9,007,199,254,740,991 to 9,007,199,254,740,991. */
+                /** @description Conversations to skip: default 0. */
                 offset?: number;
                 from?: string;
                 to?: string;

@@ -60,7 +60,8 @@ const streamPath = (v: object): string | undefined => {
 export function toFile(input: ToFileInput, name?: string, options: { type?: string } = {}): FileLike {
   const named = (found: string | undefined, content: Uploadable, type?: string): FileLike => {
     const n = name ?? found;
-    if (!n) throw new TypeError('toFile needs a name for bytes, blobs and streams: toFile(data, "report.pdf")');
+    if (!n)
+      throw new TypeError('toFile needs a name for bytes, blobs and streams: toFile(data, "report.pdf")');
     const t = options.type ?? (type || undefined);
     return t ? { name: n, type: t, content } : { name: n, content };
   };

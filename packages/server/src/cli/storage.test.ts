@@ -106,7 +106,10 @@ beforeAll(async () => {
   await startServer();
   const { WorkspacesService } = await import('../domains/workspaces/service.js');
   const svc = new WorkspacesService(server?.deps.em() as never);
-  const ws = await svc.createWorkspace({ name: `migrate-${randomBytes(3).toString('hex')}`, monthlyTokenQuota: null });
+  const ws = await svc.createWorkspace({
+    name: `migrate-${randomBytes(3).toString('hex')}`,
+    monthlyTokenQuota: null,
+  });
   workspaceId = ws.id;
   apiKey = (await svc.createApiKey({ workspaceId, name: 'migrate' })).key;
   // A text file, binary files of odd sizes (one over the 8 MB multipart threshold), an empty one.
@@ -128,7 +131,7 @@ beforeAll(async () => {
   expect(res.status).toBe(201);
   const { fileIds } = (await res.json()) as { fileIds: string[] };
   expect(fileIds).toHaveLength(files.length);
-  fileIds.forEach((id, i) => uploaded.set(id, (files[i] as [string, Buffer])[1]));
+  for (const [i, id] of fileIds.entries()) uploaded.set(id, (files[i] as [string, Buffer])[1]);
 }, SLOW);
 
 afterAll(async () => {
@@ -140,73 +143,98 @@ afterAll(async () => {
 });
 
 describe('storage migrate', () => {
-  it('refuses to run without the bucket, and without --to', async () => {
-    const noBucket = await runCliProcess(['storage', 'migrate', '--to', 's3'], baseEnv());
-    expect(noBucket.code).toBe(1);
-    expect(noBucket.stderr).toMatch(/S3_BUCKET is not set/);
-    const noTarget = await runCliProcess(['storage', 'migrate'], baseEnv());
-    expect(noTarget.code).toBe(2);
-    expect(noTarget.stderr).toMatch(/--to/);
-  }, SLOW);
+  it(
+    'refuses to run without the bucket, and without --to',
+    async () => {
+      const noBucket = await runCliProcess(['storage', 'migrate', '--to', 's3'], baseEnv());
+      expect(noBucket.code).toBe(1);
+      expect(noBucket.stderr).toMatch(/S3_BUCKET is not set/);
+      const noTarget = await runCliProcess(['storage', 'migrate'], baseEnv());
+      expect(noTarget.code).toBe(2);
+      expect(noTarget.stderr).toMatch(/--to/);
+    },
+    SLOW,
+  );
 
-  it('moves every file to S3 (a dry run first), after which a server on S3 serves them all', async () => {
-    const total = [...uploaded.values()].reduce((n, b) => n + b.length, 0);
-    const dry = report(await cli('--to', 's3', '--dry-run', '--json'));
-    expect(dry).toMatchObject({ from: 'local', to: 's3', dryRun: true, objects: uploaded.size, bytes: total });
-    expect([dry.copied, dry.copiedBytes, dry.present, dry.missing, dry.failed]).toEqual([
-      uploaded.size,
-      total,
-      0,
-      [],
-      [],
-    ]);
-    const bucket = new S3ObjectStore({
-      bucket: 'moved',
-      endpoint: s3Env.S3_ENDPOINT,
-      accessKeyId: 'S3RVER',
-      secretAccessKey: 'S3RVER',
-      forcePathStyle: true,
-      prefix: 'prod/',
-    });
-    const keys = (
-      await server?.deps.em().execute<{ storage_key: string }[]>('select storage_key from storage_files')
-    )?.map((r) => r.storage_key) as string[];
-    for (const key of keys) expect(await bucket.head(key), key).toBeNull(); // the dry run wrote nothing
+  it(
+    'moves every file to S3 (a dry run first), after which a server on S3 serves them all',
+    async () => {
+      const total = [...uploaded.values()].reduce((n, b) => n + b.length, 0);
+      const dry = report(await cli('--to', 's3', '--dry-run', '--json'));
+      expect(dry).toMatchObject({
+        from: 'local',
+        to: 's3',
+        dryRun: true,
+        objects: uploaded.size,
+        bytes: total,
+      });
+      expect([dry.copied, dry.copiedBytes, dry.present, dry.missing, dry.failed]).toEqual([
+        uploaded.size,
+        total,
+        0,
+        [],
+        [],
+      ]);
+      const bucket = new S3ObjectStore({
+        bucket: 'moved',
+        endpoint: s3Env.S3_ENDPOINT,
+        accessKeyId: 'S3RVER',
+        secretAccessKey: 'S3RVER',
+        forcePathStyle: true,
+        prefix: 'prod/',
+      });
+      const keys = (
+        await server?.deps.em().execute<{ storage_key: string }[]>('select storage_key from storage_files')
+      )?.map((r) => r.storage_key) as string[];
+      for (const key of keys) expect(await bucket.head(key), key).toBeNull(); // the dry run wrote nothing
 
-    const run = await cli('--to', 's3', '--json');
-    const moved = report(run);
-    expect(moved).toMatchObject({ dryRun: false, objects: uploaded.size, copied: uploaded.size, copiedBytes: total });
-    expect(moved.failed).toEqual([]);
-    // Byte for byte in the bucket, under the key prefix; the local files are untouched.
-    const local = new LocalObjectStore(path.join(dataDir, 'objects'), 'x', () => '');
-    for (const key of keys) {
-      const a = await readAll((await local.get(key))?.body as Readable);
-      const b = await readAll((await bucket.get(key))?.body as Readable);
-      expect(sha(b), key).toBe(sha(a));
-    }
-    expect(fs.existsSync(path.join(s3Dir, 'moved', 'prod', 'ws'))).toBe(true);
+      const run = await cli('--to', 's3', '--json');
+      const moved = report(run);
+      expect(moved).toMatchObject({
+        dryRun: false,
+        objects: uploaded.size,
+        copied: uploaded.size,
+        copiedBytes: total,
+      });
+      expect(moved.failed).toEqual([]);
+      // Byte for byte in the bucket, under the key prefix; the local files are untouched.
+      const local = new LocalObjectStore(path.join(dataDir, 'objects'), 'x', () => '');
+      for (const key of keys) {
+        const a = await readAll((await local.get(key))?.body as Readable);
+        const b = await readAll((await bucket.get(key))?.body as Readable);
+        expect(sha(b), key).toBe(sha(a));
+      }
+      expect(fs.existsSync(path.join(s3Dir, 'moved', 'prod', 'ws'))).toBe(true);
 
-    // Run again: nothing to copy, everything verified present.
-    const again = report(await cli('--to', 's3', '--json'));
-    expect([again.copied, again.present]).toEqual([0, uploaded.size]);
+      // Run again: nothing to copy, everything verified present.
+      const again = report(await cli('--to', 's3', '--json'));
+      expect([again.copied, again.present]).toEqual([0, uploaded.size]);
 
-    await server?.close();
-    await startServer(s3Env);
-    expect(server?.deps.objects.kind).toBe('s3');
-    await expectEveryFileServed();
-  }, SLOW);
+      await server?.close();
+      await startServer(s3Env);
+      expect(server?.deps.objects.kind).toBe('s3');
+      await expectEveryFileServed();
+    },
+    SLOW,
+  );
 
-  it('moves them back to local files (a fresh DATA_DIR/objects), and a local server serves them all', async () => {
-    fs.rmSync(path.join(dataDir, 'objects'), { recursive: true, force: true });
-    const human = await cli('--to', 'local');
-    expect(human.code, human.stderr).toBe(0);
-    expect(human.stdout).toMatch(new RegExp(`s3 → local: ${uploaded.size} object\\(s\\); ${uploaded.size} copied and verified`));
-    expect(human.stdout).toMatch(/start the server without S3_BUCKET/);
-    await server?.close();
-    await startServer();
-    expect(server?.deps.objects.kind).toBe('local');
-    await expectEveryFileServed();
-  }, SLOW);
+  it(
+    'moves them back to local files (a fresh DATA_DIR/objects), and a local server serves them all',
+    async () => {
+      fs.rmSync(path.join(dataDir, 'objects'), { recursive: true, force: true });
+      const human = await cli('--to', 'local');
+      expect(human.code, human.stderr).toBe(0);
+      expect(human.stdout).toMatch(
+        new RegExp(`s3 → local: ${uploaded.size} object\\(s\\); ${uploaded.size} copied and verified`),
+      );
+      expect(human.stdout).toMatch(/start the server without S3_BUCKET/);
+      await server?.close();
+      await startServer();
+      expect(server?.deps.objects.kind).toBe('local');
+      await expectEveryFileServed();
+    },
+    SLOW,
+  );
 });
 
 /** A store that fails a put after `okPuts` of them, halfway through its body (a crash mid-copy). */

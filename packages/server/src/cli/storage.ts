@@ -23,7 +23,8 @@ export interface CommandKit {
 
 const parseConcurrency = (v: string) => {
   const n = Number(v);
-  if (!Number.isInteger(n) || n < 1 || n > 32) throw new InvalidArgumentError('must be an integer from 1 to 32');
+  if (!Number.isInteger(n) || n < 1 || n > 32)
+    throw new InvalidArgumentError('must be an integer from 1 to 32');
   return n;
 };
 
@@ -50,7 +51,9 @@ export function registerStorageCommands(program: Command, kit: CommandKit): void
       'copy every stored object from the other store to the one given, verifying each byte for byte; ' +
         'run it again to resume. The S3_* variables describe the bucket, DATA_DIR the local files',
     )
-    .addOption(new Option('--to <store>', 'where the objects go').choices(['s3', 'local']).makeOptionMandatory())
+    .addOption(
+      new Option('--to <store>', 'where the objects go').choices(['s3', 'local']).makeOptionMandatory(),
+    )
     .option('--dry-run', 'count the objects and bytes to move; write nothing')
     .option('--concurrency <n>', 'objects moved at the same time (default 4)', parseConcurrency)
     .addOption(kit.jsonOption())

@@ -64,7 +64,8 @@ describe('unknown paths', () => {
 
   it('outside /api: the console page only to requests that accept text/html, the JSON 404 otherwise', async () => {
     const browser = 'text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8';
-    const prometheus = 'application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.4,*/*;q=0.1';
+    const prometheus =
+      'application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.4,*/*;q=0.1';
     for (const accept of [undefined, '*/*', 'application/json', prometheus, 'text/html;q=0']) {
       for (const p of ['/metrics', '/', '/settings/keys']) {
         const res = await fetch(`${ts.url}${p}`, { headers: accept ? { accept } : {} });

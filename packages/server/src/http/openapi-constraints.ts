@@ -7,7 +7,8 @@
 
 type Schema = Record<string, unknown>;
 
-const num = (v: unknown) => (typeof v === 'number' ? v : undefined);
+/** zod's `int()` writes the safe-integer range as bounds: no limit a caller needs to know. */
+const num = (v: unknown) => (typeof v === 'number' && Math.abs(v) < Number.MAX_SAFE_INTEGER ? v : undefined);
 const fmt = (n: number) => (Math.abs(n) >= 10_000 ? n.toLocaleString('en-US') : String(n));
 
 function range(min: number | undefined, max: number | undefined, unit: string): string | undefined {
@@ -65,7 +66,9 @@ function walk(node: unknown, seen: Set<unknown>): void {
   if (Array.isArray(s.parameters)) {
     for (const p of s.parameters as Schema[]) {
       const schema = p?.schema as Schema | undefined;
-      if (schema && typeof schema === 'object') describe(p, constraintText(schema));
+      if (!schema || typeof schema !== 'object') continue;
+      if (!p.description && typeof schema.description === 'string') p.description = schema.description;
+      describe(p, constraintText(schema));
     }
   }
   for (const v of Object.values(s)) walk(v, seen);

@@ -99,3 +99,21 @@ describe('GET /api/v1/openapi.json', () => {
     expect(doc).toEqual(committed);
   });
 });
+
+describe('limits in words', () => {
+  it('every limited request field and parameter says its limit in its description', () => {
+    const op = (p: string, m: string): any => (doc.paths as any)[p][m];
+    const body = (p: string, m: string): any => op(p, m).requestBody.content['application/json'].schema;
+    const chat = body('/apps/{appId}/chat/message', 'post');
+    expect(chat.properties.message.description).toBe('1 to 2000 characters.');
+    expect(chat.properties.role.description).toMatch(/^Who is writing.*\. 1 to 64 characters\.$/);
+    const save = body('/apps/{appId}/memory/save-messages', 'post');
+    expect(save.properties.messages.description).toMatch(/1 to 100 items/);
+    const threads: any[] = op('/apps/{appId}/memory/threads', 'get').parameters;
+    expect(threads.find((p) => p.name === 'limit')?.description).toMatch(/100/);
+    // A description that already states the limit is left as it is.
+    const list: any[] = op('/managed-agents/agents/{agentId}/sessions', 'get').parameters;
+    const limit = list.find((p) => p.name === 'limit')?.description as string;
+    expect(limit.match(/100/g)?.length).toBe(1);
+  });
+});

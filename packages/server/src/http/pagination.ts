@@ -12,7 +12,11 @@ const clampedInt = (field: string, min: number, max: number, fallback: number) =
     .default(fallback);
 
 /** `limit` of the sessions and runs lists: default 25, clamped to 1..100. */
-export const PageLimit = clampedInt('limit', 1, 100, 25);
+export const PageLimit = clampedInt('limit', 1, 100, 25).describe(
+  'Items per page: default 25, clamped to 1 to 100.',
+);
 
 /** `offset` of a list endpoint: default 0; a negative value counts as 0. */
-export const PageOffset = clampedInt('offset', 0, Number.MAX_SAFE_INTEGER, 0);
+export const PageOffset = clampedInt('offset', 0, Number.MAX_SAFE_INTEGER, 0).describe(
+  'Items to skip: default 0; a negative value counts as 0.',
+);

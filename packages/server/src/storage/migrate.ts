@@ -63,7 +63,10 @@ async function digest(body: Readable): Promise<string> {
 }
 
 /** sha-256 and size of an object, or null when it is not there. */
-async function fingerprint(store: ObjectStore, key: string): Promise<{ sha256: string; size: number } | null> {
+async function fingerprint(
+  store: ObjectStore,
+  key: string,
+): Promise<{ sha256: string; size: number } | null> {
   const obj = await store.get(key);
   if (!obj) return null;
   let size = 0;

@@ -176,7 +176,7 @@ export const AgentDetailSchema = z
     /** Standard Webhooks secret of this agent's callbacks and run webhooks (docs/webhooks.md). */
     callbackSecret: z.string().meta({
       description:
-        'Standard Webhooks secret (`whsec_` + base64 key) signing this agent\'s tool callbacks and run webhooks',
+        "Standard Webhooks secret (`whsec_` + base64 key) signing this agent's tool callbacks and run webhooks",
     }),
     createdAt: z.string(),
     updatedAt: z.string(),

@@ -9,12 +9,7 @@ import { catalogService } from '../catalogs/service.js';
 import { connectedServers } from '../tool-servers/service.js';
 import { guardedFetch, RESPONSE_TOO_LARGE } from './guarded-fetch.js';
 import { loadMcpClient } from './mcp-client.js';
-import {
-  assertUrlAllowed,
-  htmlToText,
-  type OutboundPolicy,
-  outboundRequest,
-} from './outbound.js';
+import { assertUrlAllowed, htmlToText, type OutboundPolicy, outboundRequest } from './outbound.js';
 import { type AgentConfig, isMcpServerRef, type McpServerItem } from './schema.js';
 import type { AgentRow } from './service.js';
 import { webhookHeaders } from './webhook-signature.js';

@@ -367,9 +367,9 @@ describe('callback tools', () => {
     expect(v1).toBe(expected);
     // Another agent's secret does not verify it.
     const otherKey = `whsec_${Buffer.alloc(32, 7).toString('base64')}`;
-    expect(() => new Webhook(otherKey).verify(req?.rawBody ?? '', req?.headers as Record<string, string>)).toThrow(
-      'No matching signature found',
-    );
+    expect(() =>
+      new Webhook(otherKey).verify(req?.rawBody ?? '', req?.headers as Record<string, string>),
+    ).toThrow('No matching signature found');
     expect(ts.fake.requests.at(-1)?.body.messages.at(-1).content).toBe('{"temperature":21}');
   });
 

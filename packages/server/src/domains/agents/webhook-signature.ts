@@ -43,7 +43,11 @@ export interface SignedDelivery {
 }
 
 /** The Standard Webhooks headers of one delivery, the deprecated legacy signature, id and event. */
-export function webhookHeaders(signingSecret: string, agentId: string, d: SignedDelivery): Record<string, string> {
+export function webhookHeaders(
+  signingSecret: string,
+  agentId: string,
+  d: SignedDelivery,
+): Record<string, string> {
   const t = d.timestamp ?? Math.floor(Date.now() / 1000);
   const key = callbackKey(signingSecret, agentId);
   const signature = createHmac('sha256', key).update(`${d.id}.${t}.${d.body}`).digest('base64');

@@ -78,8 +78,16 @@ export const UpdateAppInput = z.object({
 export type UpdateAppInput = z.infer<typeof UpdateAppInput>;
 
 export const ListAppsInput = z.object({
-  limit: z.number({ error: 'limit must be a number' }).int().optional(),
-  offset: z.number({ error: 'offset must be a number' }).int().optional(),
+  limit: z
+    .number({ error: 'limit must be a number' })
+    .int()
+    .describe('Apps per page: default 50, clamped to 1 to 200.')
+    .optional(),
+  offset: z
+    .number({ error: 'offset must be a number' })
+    .int()
+    .describe('Apps to skip: default 0.')
+    .optional(),
 });
 
 export const AppListSchema = z
@@ -233,16 +241,15 @@ export const ThreadMessageListSchema = z
 
 const statusEnum = z.enum(THREAD_STATUSES, { error: INVALID_THREAD_STATUS });
 /** `limit`/`offset` of the memory and insights lists: an integer, clamped by the service. */
-export const pageNumber = (field: string) =>
-  z
-    .number({ error: `${field} must be a number` })
-    .int(`${field} must be a number`)
-    .optional();
+export const pageNumber = (field: string, description?: string) => {
+  const n = z.number({ error: `${field} must be a number` }).int(`${field} must be a number`);
+  return (description ? n.describe(description) : n).optional();
+};
 
 export const ListThreadsInput = z.object({
   appId: z.string(),
-  limit: pageNumber('limit'),
-  offset: pageNumber('offset'),
+  limit: pageNumber('limit', 'Threads per page: default 20, capped at 100.'),
+  offset: pageNumber('offset', 'Threads to skip: default 0.'),
   status: statusEnum.optional(),
 });
 
@@ -275,8 +282,8 @@ export const UpdateThreadInput = z.object({
 export const ListMessagesInput = z.object({
   appId: z.string(),
   threadId: z.string(),
-  limit: pageNumber('limit'),
-  offset: pageNumber('offset'),
+  limit: pageNumber('limit', 'Messages per page: default 50, capped at 200.'),
+  offset: pageNumber('offset', 'Messages to skip: default 0.'),
 });
 
 export const SaveMessageItemSchema = z.object({

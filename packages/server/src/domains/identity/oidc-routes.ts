@@ -146,7 +146,9 @@ export const oidcRoutes: RawRouteModule = {
         },
         responses: {
           302: redirectResponse('To the provider’s authorization endpoint'),
-          303: redirectResponse('A failure, for a browser (`Accept: text/html`): to `/sign-in/problem?code=<code>`'),
+          303: redirectResponse(
+            'A failure, for a browser (`Accept: text/html`): to `/sign-in/problem?code=<code>`',
+          ),
           400: { description: '`INVALID_RETURN_TO`' },
           404: { description: '`OIDC_NOT_CONFIGURED`' },
           502: { description: '`OIDC_PROVIDER_UNAVAILABLE`' },
@@ -172,7 +174,9 @@ export const oidcRoutes: RawRouteModule = {
         },
         responses: {
           302: redirectResponse('Signed in: to `returnTo`, with the `aisuite_session` cookie set'),
-          303: redirectResponse('A failure, for a browser (`Accept: text/html`): to `/sign-in/problem?code=<code>`'),
+          303: redirectResponse(
+            'A failure, for a browser (`Accept: text/html`): to `/sign-in/problem?code=<code>`',
+          ),
           400: { description: '`OIDC_STATE_INVALID`' },
           401: { description: '`OIDC_PROVIDER_REFUSED`, `OIDC_TOKEN_INVALID`, `OIDC_EMAIL_MISSING`' },
           403: { description: '`OIDC_EMAIL_UNVERIFIED`, `OIDC_DOMAIN_NOT_ALLOWED`, `SIGNUP_DISABLED`' },

@@ -540,8 +540,15 @@ describe('who may sign in, and as whom', () => {
       303,
       '/sign-in/problem?code=OIDC_STATE_INVALID',
     ]);
-    const start = await get(`${ts.url}/api/v1/auth/oidc/start?returnTo=//evil.example`, new Map(), BROWSER_ACCEPT);
-    expect([start.status, start.headers.get('location')]).toEqual([303, '/sign-in/problem?code=INVALID_RETURN_TO']);
+    const start = await get(
+      `${ts.url}/api/v1/auth/oidc/start?returnTo=//evil.example`,
+      new Map(),
+      BROWSER_ACCEPT,
+    );
+    expect([start.status, start.headers.get('location')]).toEqual([
+      303,
+      '/sign-in/problem?code=INVALID_RETURN_TO',
+    ]);
     // A server without OIDC settings: the browser is told so on the same page.
     const off = await get(`${plain.url}/api/v1/auth/oidc/start`, new Map(), BROWSER_ACCEPT);
     expect(off.headers.get('location')).toBe('/sign-in/problem?code=OIDC_NOT_CONFIGURED');

@@ -14,8 +14,8 @@ const oneOrMany = z.union([z.string(), z.array(z.string())]).optional();
 
 export const ListConversationsInput = z.object({
   workspaceId: z.string(),
-  limit: pageNumber('limit'),
-  offset: pageNumber('offset'),
+  limit: pageNumber('limit', 'Conversations per page: default 20, clamped to 1 to 100.'),
+  offset: pageNumber('offset', 'Conversations to skip: default 0.'),
   from: isoDate('from'),
   to: isoDate('to'),
   app_id: oneOrMany,

@@ -61,8 +61,8 @@ export const CreatedWidgetTokenSchema = z
 
 /** Newest first; `limit` default 50 (clamped to 1..200), `offset`: the apps list's paging. */
 export const ListWidgetTokensInput = z.object({
-  limit: pageNumber('limit'),
-  offset: pageNumber('offset'),
+  limit: pageNumber('limit', 'Tokens per page: default 50, clamped to 1 to 200.'),
+  offset: pageNumber('offset', 'Tokens to skip: default 0.'),
 });
 
 export const WidgetTokenListSchema = z
