@@ -1,4 +1,4 @@
-import type { ReactNode } from 'react';
+import { type ReactNode, useEffect, useState } from 'react';
 import { client, errorMessage } from './api';
 import { Link, navigate, usePath } from './router';
 import { isManager, useRole, useSession } from './session';
@@ -13,6 +13,10 @@ export function Layout({ nav, children }: { nav: NavItem[]; children: ReactNode 
   const { session, refresh, signedOut } = useSession();
   const role = useRole();
   const path = usePath();
+  // On a phone the sections fold into a menu (the button shows below 720 px wide, styles.css).
+  const [menuOpen, setMenuOpen] = useState(false);
+  // biome-ignore lint/correctness/useExhaustiveDependencies: a new page closes the menu
+  useEffect(() => setMenuOpen(false), [path]);
   if (!session) return null;
   const switchTo = async (workspaceId: string) => {
     try {
@@ -37,6 +41,15 @@ export function Layout({ nav, children }: { nav: NavItem[]; children: ReactNode 
         Skip to content
       </a>
       <header className="topbar">
+        <button
+          type="button"
+          className="secondary menu-toggle"
+          aria-expanded={menuOpen}
+          aria-controls="console-nav"
+          onClick={() => setMenuOpen((o) => !o)}
+        >
+          Menu
+        </button>
         <span className="brand">AI Suite</span>
         <div className="topbar-right">
           <select
@@ -60,7 +73,7 @@ export function Layout({ nav, children }: { nav: NavItem[]; children: ReactNode 
           </button>
         </div>
       </header>
-      <nav className="sidenav" aria-label="Console">
+      <nav id="console-nav" className={menuOpen ? 'sidenav open' : 'sidenav'} aria-label="Console">
         <ul>
           {nav
             .filter((n) => !n.managersOnly || isManager(role))

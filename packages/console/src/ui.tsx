@@ -160,3 +160,16 @@ export function CopyButton({ text, label = 'Copy' }: { text: string; label?: str
     </button>
   );
 }
+
+/**
+ * A table's box: it scrolls sideways when the table is wider than the screen, and is a named,
+ * focusable region so keyboard users can scroll it and screen readers announce it.
+ */
+export function TableBox({ label, children }: { label: string; children: ReactNode }) {
+  return (
+    // biome-ignore lint/a11y/noNoninteractiveTabindex: a scrollable region must be focusable (WCAG 2.1.1)
+    <section className="table-wrap" aria-label={label} tabIndex={0}>
+      {children}
+    </section>
+  );
+}

@@ -77,5 +77,6 @@ export async function signIn(page: Page, email: string, password: string): Promi
   await page.getByLabel('Email').fill(email);
   await page.getByLabel('Password').fill(password);
   await page.getByRole('button', { name: 'Sign in' }).click();
-  await page.getByRole('navigation', { name: 'Console' }).waitFor();
+  // Attached, not visible: on a phone the navigation stays folded in the menu.
+  await page.locator('#console-nav').waitFor({ state: 'attached' });
 }

@@ -722,3 +722,173 @@ describe('autonomous runs', () => {
     }
   });
 });
+
+describe('on a phone', () => {
+  it('every page fits 390 px (and 360) without sideways scrolling, every section is in the menu, axe stays clean', async () => {
+    // Data that makes the pages wide: long names, an agent with a session, an app with a thread
+    // (a conversation for insights), a stored file, a document, keys, an invitation.
+    const api = (path: string, init: Parameters<typeof ts.api>[1] = {}) =>
+      ts.api(path, { key: ws.apiKey, ...init });
+    const long = 'quarterly-revenue-reconciliation-for-the-northern-region';
+    const agent = (await (
+      await api('/managed-agents/agents', { method: 'POST', json: { name: `Agent ${long}` } })
+    ).json()) as { agent: { id: string } };
+    const session = (await (
+      await api(`/managed-agents/agents/${agent.agent.id}/sessions`, { method: 'POST', json: {} })
+    ).json()) as { session: { id: string } };
+    const app = (await (await api('/apps', { method: 'POST', json: { name: `App ${long}` } })).json()) as {
+      app: { id: string };
+    };
+    ts.fake.script({ text: 'A reply.' });
+    const chat = (await (
+      await api(`/apps/${app.app.id}/chat/message`, {
+        method: 'POST',
+        json: { message: 'Hello', role: 'student' },
+      })
+    ).json()) as { threadId: string };
+    const fd = new FormData();
+    fd.append('pathPrefix', `/${long}`);
+    fd.append('file[]', new Blob(['x']), `${long}-${long}.txt`);
+    expect(
+      (await api(`/workspaces/${ws.workspaceId}/storage/import`, { method: 'POST', body: fd })).status,
+    ).toBe(201);
+    const colleague = await createTestSession(ts, ws, {
+      role: 'member',
+      email: `colleague-${long}@example.com`,
+    });
+    await ts.api(`/workspaces/${ws.workspaceId}/invitations`, {
+      method: 'POST',
+      key: owner.token,
+      json: { email: `${long}@example.com`, role: 'member' },
+    });
+
+    const { page, context, problems } = await openConsole(browser, ts.url, { width: 390, height: 844 });
+    const fits = async (what: string) => {
+      const w = await page.evaluate(() => ({
+        doc: document.documentElement.scrollWidth,
+        viewport: window.innerWidth,
+      }));
+      expect(w.doc, `${what}: document ${w.doc} px wide`).toBeLessThanOrEqual(w.viewport);
+    };
+    try {
+      // The pages before signing in.
+      for (const [path, heading] of [
+        ['/', 'Sign in to AI Suite'],
+        ['/sign-in/problem?code=SIGNUP_DISABLED', 'Sign-in did not work'],
+        ['/invitations/accept#token=svc_inv_unknown', 'Join a workspace'],
+      ] as const) {
+        await page.goto(path);
+        await page.getByRole('heading', { name: heading }).waitFor();
+        await page.waitForLoadState('networkidle');
+        await fits(path);
+        await expectAccessible(page, `${path} on a phone`);
+      }
+      await signIn(page, owner.email, owner.password);
+      const pages: [string, string][] = [
+        ['/', 'Overview'],
+        ['/playground', 'Playground'],
+        ['/images', 'Images'],
+        ['/agents', 'Agents'],
+        [`/agents/${agent.agent.id}`, `Agent ${long}`],
+        [`/agents/${agent.agent.id}/sessions/${session.session.id}`, ''],
+        ['/apps', 'Apps'],
+        [`/apps/${app.app.id}`, `App: App ${long}`],
+        ['/storage', 'Storage'],
+        [`/storage?path=${encodeURIComponent(`/${long}`)}`, 'Storage'],
+        ['/documents', 'Documents'],
+        ['/insights', 'Insights'],
+        [`/insights?thread=${chat.threadId}`, ''],
+        ['/api-keys', 'API keys'],
+        ['/members', 'Members'],
+      ];
+      // The widths, and what sticks out past the right edge (scrolled or not), to help name a culprit.
+      const overflow = () =>
+        page.evaluate(() => {
+          const culprits = [...document.body.querySelectorAll('*')]
+            .filter((el) => el.getBoundingClientRect().right > window.innerWidth + 0.5)
+            .slice(0, 5)
+            .map(
+              (el) =>
+                `${el.tagName.toLowerCase()}.${el.className} (${Math.round(el.getBoundingClientRect().right)} px)`,
+            );
+          return {
+            doc: document.documentElement.scrollWidth,
+            body: document.body.scrollWidth,
+            viewport: window.innerWidth,
+            culprits: culprits.join(', '),
+          };
+        });
+      for (const width of [390, 360]) {
+        await page.setViewportSize({ width, height: 844 });
+        for (const [path, heading] of pages) {
+          await page.goto(path);
+          const h1 = page.getByRole('heading', { level: 1 });
+          await h1.waitFor();
+          if (heading) await expect.poll(() => h1.textContent(), { timeout: 20_000 }).toContain(heading);
+          await page.waitForLoadState('networkidle');
+          const w = await overflow();
+          expect(
+            w.doc,
+            `${path} at ${width} px: document ${w.doc} px wide: ${w.culprits}`,
+          ).toBeLessThanOrEqual(w.viewport);
+          expect(w.body, `${path} at ${width} px: body ${w.body} px wide`).toBeLessThanOrEqual(w.viewport);
+          if (width === 390) await expectAccessible(page, `${path} on a phone`);
+        }
+      }
+      await page.setViewportSize({ width: 390, height: 844 });
+      await page.goto('/');
+      await page.getByRole('heading', { level: 1 }).waitFor();
+      await screenshots(page, 'overview-phone-menu-closed');
+      // The menu: closed, a button says so; open, it lists every section, each one a tap away.
+      const menu = page.getByRole('button', { name: 'Menu' });
+      expect(await menu.getAttribute('aria-expanded')).toBe('false');
+      await menu.click();
+      expect(await menu.getAttribute('aria-expanded')).toBe('true');
+      const nav = page.getByRole('navigation', { name: 'Console' });
+      const sections = [
+        'Overview',
+        'Playground',
+        'Images',
+        'Agents',
+        'Apps',
+        'Storage',
+        'Documents',
+        'Insights',
+        'API keys',
+        'Members',
+      ];
+      for (const name of sections) {
+        const link = nav.getByRole('link', { name, exact: true });
+        expect(await link.isVisible(), name).toBe(true);
+        const box = await link.boundingBox();
+        expect(box && box.x >= 0 && box.x + box.width <= 390, `${name} within the screen`).toBe(true);
+      }
+      await expectAccessible(page, 'the menu open on a phone');
+      await screenshots(page, 'menu-phone');
+      await nav.getByRole('link', { name: 'Members', exact: true }).click();
+      await expect.poll(() => page.getByRole('heading', { level: 1 }).textContent()).toBe('Members');
+      // Choosing a section closes the menu.
+      expect(await page.getByRole('button', { name: 'Menu' }).getAttribute('aria-expanded')).toBe('false');
+      // The Members table scrolls inside its box; its actions are reachable there.
+      const table = page.locator('section.table-wrap[aria-label="Members"]');
+      await table.waitFor();
+      const wide = await table.evaluate((el) => ({ scroll: el.scrollWidth, client: el.clientWidth }));
+      if (wide.scroll > wide.client) {
+        await table.evaluate((el) => {
+          el.scrollLeft = el.scrollWidth;
+        });
+      }
+      const action = table.getByRole('combobox', { name: `Role of ${colleague.email}` });
+      await action.scrollIntoViewIfNeeded();
+      const b = await action.boundingBox();
+      expect(b && b.x >= 0 && b.x + b.width <= 390, 'the role select is on screen').toBe(true);
+      const revoke = page.getByRole('button', { name: `Revoke the invitation of ${long}@example.com` });
+      await revoke.scrollIntoViewIfNeeded();
+      const r = await revoke.boundingBox();
+      expect(r && r.x >= 0 && r.x + r.width <= 390, 'the revoke button is on screen').toBe(true);
+      expect(problems).toEqual([]);
+    } finally {
+      await context.close();
+    }
+  });
+});

@@ -1,7 +1,7 @@
 import { type FormEvent, useState } from 'react';
 import { client } from '../api';
 import { Link, navigate } from '../router';
-import { ErrorNote, Field, formatDate, Loading, Page, useAction, useAsync } from '../ui';
+import { ErrorNote, Field, formatDate, Loading, Page, TableBox, useAction, useAsync } from '../ui';
 
 export function Agents() {
   const agents = useAsync(() => client.agents.list(), []);
@@ -46,7 +46,7 @@ export function Agents() {
         agents.data.agents.length === 0 ? (
           <p className="muted">No agents yet.</p>
         ) : (
-          <div className="table-wrap">
+          <TableBox label="Agents">
             <table>
               <caption className="visually-hidden">Agents of the workspace</caption>
               <thead>
@@ -71,7 +71,7 @@ export function Agents() {
                 ))}
               </tbody>
             </table>
-          </div>
+          </TableBox>
         )
       ) : null}
     </Page>

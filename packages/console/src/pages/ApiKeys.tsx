@@ -11,6 +11,7 @@ import {
   formatUsd,
   Loading,
   Page,
+  TableBox,
   useAction,
   useAsync,
 } from '../ui';
@@ -76,7 +77,7 @@ export function ApiKeys() {
       <ErrorNote error={keys.error ?? revoke.error} />
       {keys.loading && !keys.data ? <Loading what="keys" /> : null}
       {keys.data ? (
-        <div className="table-wrap">
+        <TableBox label="API keys">
           <table>
             <caption className="visually-hidden">API keys of the workspace</caption>
             <thead>
@@ -137,7 +138,7 @@ export function ApiKeys() {
               ))}
             </tbody>
           </table>
-        </div>
+        </TableBox>
       ) : null}
     </Page>
   );

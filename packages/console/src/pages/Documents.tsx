@@ -15,6 +15,7 @@ import {
   formatUsd,
   Loading,
   Page,
+  TableBox,
   useAction,
   useAsync,
 } from '../ui';
@@ -112,7 +113,7 @@ export function Documents() {
         ) : docs.data.length === 0 ? (
           <p className="muted">No documents yet: upload some above.</p>
         ) : (
-          <div className="table-wrap">
+          <TableBox label="Documents">
             <table aria-label="Documents">
               <thead>
                 <tr>
@@ -175,7 +176,7 @@ export function Documents() {
                 ))}
               </tbody>
             </table>
-          </div>
+          </TableBox>
         )}
       </section>
       <Ask documents={docs.data ?? []} />

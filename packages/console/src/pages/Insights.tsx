@@ -1,7 +1,17 @@
 import { type FormEvent, useState } from 'react';
 import { client } from '../api';
 import { Link, navigate, useQuery } from '../router';
-import { ErrorNote, Field, formatDate, formatNumber, formatUsd, Loading, Page, useAsync } from '../ui';
+import {
+  ErrorNote,
+  Field,
+  formatDate,
+  formatNumber,
+  formatUsd,
+  Loading,
+  Page,
+  TableBox,
+  useAsync,
+} from '../ui';
 
 type Status = 'active' | 'archived' | 'closed';
 const PAGE = 20;
@@ -100,7 +110,7 @@ function Conversations({ q }: { q: URLSearchParams }) {
           <p className="muted">No conversations match.</p>
         ) : (
           <>
-            <div className="table-wrap">
+            <TableBox label="Conversations">
               <table>
                 <caption className="visually-hidden">Conversations</caption>
                 <thead>
@@ -134,7 +144,7 @@ function Conversations({ q }: { q: URLSearchParams }) {
                   ))}
                 </tbody>
               </table>
-            </div>
+            </TableBox>
             <div className="row pager">
               <button
                 type="button"
@@ -193,7 +203,7 @@ function Conversation({ threadId }: { threadId: string }) {
             ))}
           </ol>
           <h2>Usage records</h2>
-          <div className="table-wrap">
+          <TableBox label="Usage records">
             <table>
               <caption className="visually-hidden">Usage records of the conversation</caption>
               <thead>
@@ -225,7 +235,7 @@ function Conversation({ threadId }: { threadId: string }) {
                 ))}
               </tbody>
             </table>
-          </div>
+          </TableBox>
         </>
       )}
     </Page>

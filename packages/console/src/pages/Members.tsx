@@ -2,7 +2,17 @@ import type { CreatedInvitation } from '@ai-suite/sdk';
 import { type FormEvent, useState } from 'react';
 import { client } from '../api';
 import { isManager, useRole, useSession } from '../session';
-import { CopyButton, ErrorNote, Field, formatDate, Loading, Page, useAction, useAsync } from '../ui';
+import {
+  CopyButton,
+  ErrorNote,
+  Field,
+  formatDate,
+  Loading,
+  Page,
+  TableBox,
+  useAction,
+  useAsync,
+} from '../ui';
 
 type Role = 'owner' | 'admin' | 'member';
 
@@ -75,7 +85,7 @@ export function Members() {
       ) : null}
       {members.loading && !members.data ? <Loading what="members" /> : null}
       {members.data ? (
-        <div className="table-wrap">
+        <TableBox label="Members">
           <table>
             <caption className="visually-hidden">Members of the workspace</caption>
             <thead>
@@ -138,7 +148,7 @@ export function Members() {
               })}
             </tbody>
           </table>
-        </div>
+        </TableBox>
       ) : null}
       {manager && invitations.data?.length ? (
         <>

@@ -1,7 +1,7 @@
 import { client } from '../api';
 import { BarChart } from '../chart';
 import { isManager, useRole, useSession } from '../session';
-import { ErrorNote, formatDate, formatNumber, formatUsd, Loading, Page, useAsync } from '../ui';
+import { ErrorNote, formatDate, formatNumber, formatUsd, Loading, Page, TableBox, useAsync } from '../ui';
 
 export function Overview() {
   const { session } = useSession();
@@ -101,7 +101,7 @@ export function Overview() {
           {u.recentErrors.length === 0 ? (
             <p className="muted">No failed calls in this window.</p>
           ) : (
-            <div className="table-wrap">
+            <TableBox label="Recent errors">
               <table>
                 <caption className="visually-hidden">Recent failed calls</caption>
                 <thead>
@@ -131,7 +131,7 @@ export function Overview() {
                   ))}
                 </tbody>
               </table>
-            </div>
+            </TableBox>
           )}
         </>
       ) : null}
@@ -155,7 +155,7 @@ function UsageTable({
 }) {
   if (rows.length === 0) return <p className="muted">No usage in this window.</p>;
   return (
-    <div className="table-wrap">
+    <TableBox label={caption}>
       <table>
         <caption className="visually-hidden">{caption}</caption>
         <thead>
@@ -187,6 +187,6 @@ function UsageTable({
           ))}
         </tbody>
       </table>
-    </div>
+    </TableBox>
   );
 }
