@@ -1491,7 +1491,7 @@ export interface components {
         };
         McpServerItem: components["schemas"]["McpServerRef"] | components["schemas"]["McpServerConfig"];
         McpServerRef: {
-            /** @description At least 1 characters. */
+            /** @description Not empty. */
             toolServerId: string;
             allowedTools?: string[];
         };
@@ -1518,15 +1518,15 @@ export interface components {
         };
         /** @description Binds a platform tool or an integration-pack tool by id. */
         AgentToolBinding: {
-            /** @description At least 1 characters. */
+            /** @description Not empty. */
             toolId: string;
             /** @default true */
             enabled: boolean;
         };
         IntegrationBinding: {
-            /** @description At least 1 characters. */
+            /** @description Not empty. */
             packId: string;
-            /** @description At least 1 characters. */
+            /** @description Not empty. */
             workspaceIntegrationId: string;
             enabledSkillIds?: string[];
             /** @default true */
@@ -1566,7 +1566,7 @@ export interface components {
             webhookUrl?: string;
         };
         ChatRequest: {
-            /** @description At least one message; the last must have content. At least 1 items. */
+            /** @description At least one message; the last must have content. */
             messages: components["schemas"]["ChatMessage"][];
             /** @description Model id; defaults to the configured default chat model (see docs/models-and-metering.md). */
             model?: string;
@@ -1575,7 +1575,7 @@ export interface components {
         ChatMessage: {
             /** @enum {string} */
             role: "user" | "assistant" | "system";
-            /** @description At least 1 characters. */
+            /** @description Not empty. */
             content: string;
         };
         ArtifactGenerateRequest: {
@@ -2942,15 +2942,15 @@ export interface components {
         };
         /** @description Binds a platform tool or an integration-pack tool by id. */
         AgentToolBindingOutput: {
-            /** @description At least 1 characters. */
+            /** @description Not empty. */
             toolId: string;
             /** @default true */
             enabled: boolean;
         };
         IntegrationBindingOutput: {
-            /** @description At least 1 characters. */
+            /** @description Not empty. */
             packId: string;
-            /** @description At least 1 characters. */
+            /** @description Not empty. */
             workspaceIntegrationId: string;
             enabledSkillIds?: string[];
             /** @default true */
@@ -3261,7 +3261,7 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
-                    /** @description At least 1 characters. */
+                    /** @description Not empty. */
                     workspaceId: string;
                 };
             };
@@ -4522,7 +4522,7 @@ export interface operations {
                     prompt?: string;
                     config?: components["schemas"]["AgentConfigInput"];
                     llm?: {
-                        /** @description At least 1 characters. */
+                        /** @description Not empty. */
                         componentId: string;
                     };
                 };
@@ -5174,7 +5174,7 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
-                    /** @description At least 1 characters. */
+                    /** @description Not empty. */
                     toolCallId: string;
                     result?: unknown;
                     /** @description At most 10,000 characters. */
@@ -5242,7 +5242,7 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
-                    /** @description At least 1 characters. */
+                    /** @description Not empty. */
                     runId: string;
                 };
             };
@@ -5382,7 +5382,7 @@ export interface operations {
             path: {
                 /** @description Must be the workspace of the API key, otherwise 401 */
                 workspaceId: string;
-                /** @description At least 1 characters. */
+                /** @description Not empty. */
                 fileId: string;
             };
             cookie?: never;
@@ -5452,7 +5452,7 @@ export interface operations {
             path: {
                 /** @description Must be the workspace of the API key, otherwise 401 */
                 workspaceId: string;
-                /** @description At least 1 characters. */
+                /** @description Not empty. */
                 fileId: string;
             };
             cookie?: never;
@@ -5543,7 +5543,7 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
-                    /** @description At least 1 characters. */
+                    /** @description Not empty. */
                     fileId: string;
                     /**
                      * @description `rename` (default) or `move`
@@ -5628,7 +5628,7 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
-                    /** @description At least 1 characters. */
+                    /** @description Not empty. */
                     folderPath: string;
                 };
             };
@@ -5694,9 +5694,9 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
-                    /** @description At least 1 characters. */
+                    /** @description Not empty. */
                     folderPath: string;
-                    /** @description At least 1 characters. */
+                    /** @description Not empty. */
                     newName: string;
                 };
             };
@@ -5844,7 +5844,7 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
-                    /** @description At least 1 characters. */
+                    /** @description Not empty. */
                     repoUrl: string;
                     /** @description At most 255 characters. */
                     branch?: string;
@@ -6548,7 +6548,7 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
-                    /** @description At least 1 characters. */
+                    /** @description Not empty. */
                     threadId: string;
                     /** @description 1 to 100 items. */
                     messages: {
@@ -7373,7 +7373,7 @@ export interface operations {
             content: {
                 "application/json": {
                     query: string;
-                    /** @description Workspace to search: the signed-in person must be a member, otherwise 403. At least 1 characters. */
+                    /** @description Workspace to search: the signed-in person must be a member, otherwise 403 */
                     workspace_id: string;
                     options?: {
                         /** @description Default 5. From 1 to 50. */
@@ -7439,7 +7439,7 @@ export interface operations {
     "rag-listDocuments": {
         parameters: {
             query: {
-                /** @description Workspace to search: the signed-in person must be a member, otherwise 403. At least 1 characters. */
+                /** @description Workspace to search: the signed-in person must be a member, otherwise 403 */
                 workspace_id: string;
             };
             header?: never;
@@ -7509,7 +7509,7 @@ export interface operations {
     "rag-deleteDocument": {
         parameters: {
             query: {
-                /** @description Workspace to search: the signed-in person must be a member, otherwise 403. At least 1 characters. */
+                /** @description Workspace to search: the signed-in person must be a member, otherwise 403 */
                 workspace_id: string;
             };
             header?: never;
@@ -7591,7 +7591,7 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
-                    /** @description Workspace to search: the signed-in person must be a member, otherwise 403. At least 1 characters. */
+                    /** @description Workspace to search: the signed-in person must be a member, otherwise 403 */
                     workspace_id: string;
                 };
             };
@@ -7650,7 +7650,7 @@ export interface operations {
             header?: never;
             path: {
                 workspaceId: string;
-                /** @description At least 1 characters. */
+                /** @description Not empty. */
                 fileId: string;
             };
             cookie?: never;

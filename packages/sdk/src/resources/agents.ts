@@ -13,10 +13,13 @@ import type {
 type Opts = { signal?: AbortSignal };
 
 export interface CreateAgentParams {
+  /** Required, 1 to 200 characters (`BadRequestError` `name is required` when missing or empty). */
   name: string;
+  /** At most 2000 characters; default `Managed agent`. */
   businessUseCase?: string;
+  /** At most 4000 characters. */
   description?: string;
-  /** System prompt. */
+  /** System prompt: at most 100,000 characters. */
   prompt?: string;
   /** Partial config, deep-merged over the platform defaults. */
   config?: AgentConfigInput;
@@ -24,9 +27,13 @@ export interface CreateAgentParams {
 }
 
 export interface UpdateAgentParams {
+  /** 1 to 200 characters. */
   name?: string;
+  /** At most 4000 characters. */
   description?: string;
+  /** At most 2000 characters. */
   businessUseCase?: string;
+  /** System prompt: at most 100,000 characters. */
   prompt?: string;
   isPublic?: boolean;
   /** Deep-merged over the stored config. */

@@ -11,13 +11,17 @@ import {
 import type { Run, RunArtifact, RunCreated, RunDetail, RunList, RunMetadata } from './types.js';
 
 export interface RunCreateParams {
-  /** What the agent should do. */
+  /** What the agent should do: required, 1 to 100,000 characters. */
   task: string;
   /** Run in an existing session of the agent; a new `deliverable_job` session otherwise. */
   sessionId?: string;
   /** Origin fields; `messageId` is the idempotency key (same key, same agent → same run). */
   metadata?: RunMetadata;
-  /** Signed completion webhook, POSTed once when the run ends (docs/runs.md). */
+  /**
+   * Completion webhook, POSTed once when the run ends, signed per Standard Webhooks (check it with
+   * `verifyWebhook`; docs/webhooks.md): an http(s) URL of at most 2048 characters that the
+   * service may reach (400 otherwise).
+   */
   webhookUrl?: string;
 }
 

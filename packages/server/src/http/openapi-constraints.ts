@@ -14,6 +14,7 @@ const fmt = (n: number) => (Math.abs(n) >= 10_000 ? n.toLocaleString('en-US') : 
 function range(min: number | undefined, max: number | undefined, unit: string): string | undefined {
   if (min !== undefined && max !== undefined) return `${fmt(min)} to ${fmt(max)}${unit}`;
   if (max !== undefined) return `at most ${fmt(max)}${unit}`;
+  if (min === 1) return 'not empty';
   if (min !== undefined && min > 0) return `at least ${fmt(min)}${unit}`;
   return undefined;
 }
