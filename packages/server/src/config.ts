@@ -1,3 +1,4 @@
+import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { z } from 'zod';
@@ -25,6 +26,13 @@ const poolSize = (fallback: number) =>
   intFromEnv(fallback).refine(
     (n) => Number.isInteger(n) && n >= 1 && n <= 1000,
     'expected an integer from 1 to 1000',
+  );
+
+/** A whole number within [min, max], for limits. */
+const boundedInt = (fallback: number, min: number, max: number) =>
+  intFromEnv(fallback).refine(
+    (n) => Number.isInteger(n) && n >= min && n <= max,
+    `expected an integer from ${min} to ${max}`,
   );
 
 const onOff = (fallback: boolean) =>
@@ -104,6 +112,25 @@ export const ConfigSchema = z.object({
   RAG_VECTOR_INDEX: z.enum(['auto', 'memory', 'sql']).default('auto'),
   /** Memory budget of the in-process vector index, all workspaces together (LRU). */
   RAG_VECTOR_CACHE_MB: intFromEnv(512),
+  /**
+   * Untrusted documents are extracted and chunked in a pool of worker threads (decision 0040):
+   * by default one fewer than the cores, at least one, so the request loop keeps a core.
+   * `0` extracts on the event loop (no isolation, no memory or time limit; for comparison).
+   */
+  DOCUMENT_WORKERS: boundedInt(Math.max(1, os.availableParallelism() - 1), 0, 64),
+  /** Heap of each extraction worker; a job that needs more fails with the limit named. */
+  DOCUMENT_WORKER_MEMORY_MB: boundedInt(512, 64, 16_384),
+  /** Time a job may work (waiting for the main thread not counted); past it its worker is terminated. */
+  DOCUMENT_WORKER_TIMEOUT_MS: boundedInt(120_000, 100, 3_600_000),
+  DOCUMENT_MAX_PDF_PAGES: boundedInt(2000, 1, 1_000_000),
+  DOCUMENT_MAX_CSV_COLUMNS: boundedInt(2000, 1, 1_000_000),
+  DOCUMENT_MAX_CSV_RECORD_BYTES: boundedInt(1024 * 1024, 1024, 1024 * 1024 * 1024),
+  DOCUMENT_MAX_OOXML_PARTS: boundedInt(10_000, 1, 1_000_000),
+  DOCUMENT_MAX_OOXML_PART_MB: boundedInt(8, 1, 4096),
+  DOCUMENT_MAX_OOXML_TOTAL_MB: boundedInt(32, 1, 16_384),
+  DOCUMENT_MAX_JSON_DEPTH: boundedInt(64, 1, 10_000),
+  DOCUMENT_MAX_CHARS: boundedInt(200_000_000, 1, 2_000_000_000),
+  DOCUMENT_MAX_CHUNKS: boundedInt(200_000, 1, 100_000_000),
   /** express `trust proxy`: "true", a hop count, or a list of addresses/subnets; off by default. */
   TRUST_PROXY: optionalString.transform((v): boolean | number | string => {
     if (v === undefined || v === 'false') return false;
@@ -138,6 +165,21 @@ export interface Config {
   consoleDir: string;
   /** Document question answering: the default monthly query quota (null = unlimited). */
   rag: { monthlyQueryQuota: number | null; vectorIndex: 'auto' | 'memory' | 'sql'; vectorCacheMb: number };
+  /** Untrusted documents (`DOCUMENT_*`): the extraction pool and the bounds of one document. */
+  documents: {
+    pool: { workers: number; memoryMb: number; timeoutMs: number };
+    limits: {
+      maxPdfPages: number;
+      maxCsvColumns: number;
+      maxCsvRecordBytes: number;
+      maxOoxmlParts: number;
+      maxOoxmlPartBytes: number;
+      maxOoxmlTotalBytes: number;
+      maxJsonDepth: number;
+      maxChars: number;
+      maxChunks: number;
+    };
+  };
   init: {
     workspaceName?: string;
     userEmail?: string;
@@ -186,6 +228,24 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       monthlyQueryQuota: e.RAG_MONTHLY_QUERY_QUOTA,
       vectorIndex: e.RAG_VECTOR_INDEX,
       vectorCacheMb: e.RAG_VECTOR_CACHE_MB,
+    },
+    documents: {
+      pool: {
+        workers: e.DOCUMENT_WORKERS,
+        memoryMb: e.DOCUMENT_WORKER_MEMORY_MB,
+        timeoutMs: e.DOCUMENT_WORKER_TIMEOUT_MS,
+      },
+      limits: {
+        maxPdfPages: e.DOCUMENT_MAX_PDF_PAGES,
+        maxCsvColumns: e.DOCUMENT_MAX_CSV_COLUMNS,
+        maxCsvRecordBytes: e.DOCUMENT_MAX_CSV_RECORD_BYTES,
+        maxOoxmlParts: e.DOCUMENT_MAX_OOXML_PARTS,
+        maxOoxmlPartBytes: e.DOCUMENT_MAX_OOXML_PART_MB * 1024 * 1024,
+        maxOoxmlTotalBytes: e.DOCUMENT_MAX_OOXML_TOTAL_MB * 1024 * 1024,
+        maxJsonDepth: e.DOCUMENT_MAX_JSON_DEPTH,
+        maxChars: e.DOCUMENT_MAX_CHARS,
+        maxChunks: e.DOCUMENT_MAX_CHUNKS,
+      },
     },
     init: {
       workspaceName: e.INIT_WORKSPACE_NAME,

@@ -13,6 +13,7 @@ import { prepareDataDir } from './data-dir.js';
 import type { EmbeddedPostgres } from './db/embedded.js';
 import { type Database, openDatabase } from './db/orm.js';
 import { registerAgentRuntime } from './domains/agents/runtime.js';
+import { closeDocumentPool } from './domains/rag/document-pool.js';
 import { registerRagIndexing } from './domains/rag/indexing.js';
 import { registerAutonomousRuns } from './domains/runs/runtime.js';
 import { runHeadlessInit } from './domains/workspaces/init.js';
@@ -133,6 +134,7 @@ export async function createServer(opts: CreateServerOptions = {}): Promise<AiSu
         }
         await autonomous.stop();
         await runs.stop();
+        await closeDocumentPool(deps);
         await poolMetering.close();
         await db.close();
       })();

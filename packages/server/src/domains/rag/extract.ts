@@ -1,7 +1,12 @@
 import type { Readable } from 'node:stream';
 import { StringDecoder } from 'node:string_decoder';
-import { parse as parseCsv } from 'csv-parse';
+import { CsvError, parse as parseCsv } from 'csv-parse';
 import type { Segment } from './chunk.js';
+import { jsonDepthOver } from './json-depth.js';
+import { DEFAULT_LIMITS, type DocumentLimits, ExtractionError, over } from './limits.js';
+import { boundedDocx } from './ooxml.js';
+
+export { ExtractionError };
 
 /** The document kinds of spec 4.12, by what they are read as. */
 export type DocumentKind = 'text' | 'markdown' | 'csv' | 'json' | 'pdf' | 'docx';
@@ -49,11 +54,6 @@ export function documentKind(
   return { kind: undefined, type: GENERIC_MIME.has(mime) ? (ext ? `.${ext}` : 'unknown') : mime };
 }
 
-/** A document whose content cannot be read as its type (a broken PDF, JSON that does not parse). */
-export class ExtractionError extends Error {
-  override name = 'ExtractionError';
-}
-
 async function readAll(body: Readable): Promise<Buffer> {
   const parts: Buffer[] = [];
   for await (const c of body) parts.push(Buffer.isBuffer(c) ? c : Buffer.from(c as Uint8Array));
@@ -78,13 +78,22 @@ async function* textSegments(body: Readable): AsyncGenerator<Segment> {
  * CSV, streamed through csv-parse: the first row is the header; every following row becomes
  * one record `header: value; header: value`, so each chunk keeps the column names.
  */
-async function* csvSegments(body: Readable): AsyncGenerator<Segment> {
+async function* csvSegments(body: Readable, limits: DocumentLimits): AsyncGenerator<Segment> {
   const parser = body.pipe(
-    parseCsv({ bom: true, relax_column_count: true, skip_empty_lines: true, trim: true }),
+    parseCsv({
+      bom: true,
+      relax_column_count: true,
+      skip_empty_lines: true,
+      trim: true,
+      max_record_size: limits.maxCsvRecordBytes,
+    }),
   );
   let headers: string[] | undefined;
+  let record = 0;
   try {
     for await (const row of parser as AsyncIterable<string[]>) {
+      record++;
+      if (row.length > limits.maxCsvColumns) throw over.csvColumns(record, row.length, limits);
       if (!headers) {
         headers = row.map((h, i) => h || `column ${i + 1}`);
         continue;
@@ -96,6 +105,9 @@ async function* csvSegments(body: Readable): AsyncGenerator<Segment> {
     }
   } catch (err) {
     body.destroy();
+    if (err instanceof ExtractionError) throw err;
+    if (err instanceof CsvError && err.code === 'CSV_MAX_RECORD_SIZE')
+      throw over.csvRecordBytes(record + 1, limits);
     throw new ExtractionError(`Invalid CSV: ${(err as Error).message}`);
   }
 }
@@ -114,10 +126,13 @@ function* flattenJson(value: unknown, path: string): Generator<string> {
   }
 }
 
-async function* jsonSegments(body: Readable): AsyncGenerator<Segment> {
+async function* jsonSegments(body: Readable, limits: DocumentLimits): AsyncGenerator<Segment> {
   let parsed: unknown;
+  const text = (await readAll(body)).toString('utf8').replace(/^\uFEFF/, '');
+  // Before parsing: the flattening below recurses once per level.
+  if (jsonDepthOver(text, limits.maxJsonDepth)) throw over.jsonDepth(limits);
   try {
-    parsed = JSON.parse((await readAll(body)).toString('utf8').replace(/^\uFEFF/, ''));
+    parsed = JSON.parse(text);
   } catch (err) {
     throw new ExtractionError(`Invalid JSON: ${(err as Error).message}`);
   }
@@ -125,7 +140,7 @@ async function* jsonSegments(body: Readable): AsyncGenerator<Segment> {
 }
 
 /** PDF text page by page (unpdf, which bundles a server build of pdf.js). */
-async function* pdfSegments(body: Readable): AsyncGenerator<Segment> {
+async function* pdfSegments(body: Readable, limits: DocumentLimits): AsyncGenerator<Segment> {
   const { getDocumentProxy } = await import('unpdf');
   let doc: Awaited<ReturnType<typeof getDocumentProxy>>;
   try {
@@ -134,6 +149,7 @@ async function* pdfSegments(body: Readable): AsyncGenerator<Segment> {
     throw new ExtractionError(`Invalid PDF: ${(err as Error).message}`);
   }
   try {
+    if (doc.numPages > limits.maxPdfPages) throw over.pdfPages(doc.numPages, limits);
     for (let n = 1; n <= doc.numPages; n++) {
       const page = await doc.getPage(n);
       const content = await page.getTextContent();
@@ -164,13 +180,21 @@ const decodeEntities = (s: string) =>
 
 /**
  * DOCX through mammoth's HTML (its plain-text output loses table structure): paragraphs and
- * headings are prose; each table row becomes one record of its cells joined by ` | `.
+ * headings are prose; each table row becomes one record of its cells joined by ` | `. Mammoth
+ * reads only the bounded copy `boundedDocx` makes (its XML parts inflated under the limits,
+ * stored uncompressed; images left empty and never read).
  */
-async function* docxSegments(body: Readable): AsyncGenerator<Segment> {
+async function* docxSegments(body: Readable, limits: DocumentLimits): AsyncGenerator<Segment> {
+  const zip = await boundedDocx(await readAll(body), limits);
   const mammoth = (await import('mammoth')).default;
   let html: string;
   try {
-    html = (await mammoth.convertToHtml({ buffer: await readAll(body) })).value;
+    html = (
+      await mammoth.convertToHtml(
+        { buffer: zip },
+        { convertImage: mammoth.images.imgElement(async () => ({ src: '' })) },
+      )
+    ).value;
   } catch (err) {
     throw new ExtractionError(`Invalid DOCX: ${(err as Error).message}`);
   }
@@ -196,23 +220,53 @@ async function* docxSegments(body: Readable): AsyncGenerator<Segment> {
   }
 }
 
-/**
- * The text of a document as segments, in order. Text, Markdown and CSV are streamed; JSON,
- * PDF and DOCX are parsed from one buffer (their formats need the whole file: a PDF's index
- * is at its end, a DOCX is a zip), bounded by the 100 MB upload limit.
- */
-export function extractSegments(kind: DocumentKind, body: Readable): AsyncGenerator<Segment> {
+const KIND_LABEL: Record<DocumentKind, string> = {
+  text: 'text',
+  markdown: 'Markdown',
+  csv: 'CSV',
+  json: 'JSON',
+  pdf: 'PDF',
+  docx: 'DOCX',
+};
+
+function segmentsOfKind(kind: DocumentKind, body: Readable, limits: DocumentLimits): AsyncGenerator<Segment> {
   switch (kind) {
     case 'text':
     case 'markdown':
       return textSegments(body);
     case 'csv':
-      return csvSegments(body);
+      return csvSegments(body, limits);
     case 'json':
-      return jsonSegments(body);
+      return jsonSegments(body, limits);
     case 'pdf':
-      return pdfSegments(body);
+      return pdfSegments(body, limits);
     case 'docx':
-      return docxSegments(body);
+      return docxSegments(body, limits);
+  }
+}
+
+/**
+ * The text of a document as segments, in order. Text, Markdown and CSV are streamed; JSON,
+ * PDF and DOCX are parsed from one buffer (their formats need the whole file: a PDF's index
+ * is at its end, a DOCX is a zip), bounded by the 100 MB upload limit. Every failure is an
+ * `ExtractionError` (a `LimitError` when a bound of `limits` is passed): whatever the bytes,
+ * a parser's own exception reports the document as invalid, never the service as failing.
+ */
+export async function* extractSegments(
+  kind: DocumentKind,
+  body: Readable,
+  limits: DocumentLimits = DEFAULT_LIMITS,
+): AsyncGenerator<Segment> {
+  let chars = 0;
+  try {
+    for await (const seg of segmentsOfKind(kind, body, limits)) {
+      chars += seg.text.length;
+      if (chars > limits.maxChars) throw over.chars(limits);
+      yield seg;
+    }
+  } catch (err) {
+    body.destroy();
+    if (err instanceof ExtractionError) throw err;
+    throw new ExtractionError(`Invalid ${KIND_LABEL[kind]}: ${(err as Error)?.message ?? String(err)}`);
   }
 }

@@ -1,4 +1,4 @@
-import { createHash, randomUUID } from 'node:crypto';
+import { randomUUID } from 'node:crypto';
 import type { Readable } from 'node:stream';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import type { Principal } from '../../auth/principal.js';
@@ -9,8 +9,10 @@ import type { GenerationMeter } from '../../metering/types.js';
 import type { LlmMessage, ModelInfo } from '../../providers/llm.js';
 import { estimateTokens, messageChars } from '../../providers/openai-provider.js';
 import { isUuid } from '../storage/service.js';
-import { CHUNK_CHARS, type Chunk, Chunker } from './chunk.js';
-import { type DocumentKind, documentKind, ExtractionError, extractSegments } from './extract.js';
+import { CHUNK_CHARS, type Chunk, chunkHash } from './chunk.js';
+import { ResumeMismatchError } from './document-chunks.js';
+import { documentPool } from './document-pool.js';
+import { type DocumentKind, documentKind, ExtractionError } from './extract.js';
 import type { RagQueryInput, RagQueryResult, RagSource } from './schema.js';
 import { type VectorIndex, vectorIndexFor } from './vector-index.js';
 
@@ -513,35 +515,22 @@ export class RagService {
         input.documentId,
         from,
       ]);
-      const chunker = new Chunker();
-      let batch: Chunk[] = [];
-      let resumed = from === 0;
-      const flush = async () => {
-        if (batch.length === 0) return;
-        const chunks = batch;
-        batch = [];
+      // Extracted and chunked in the document pool (decision 0040), batch by batch: each batch
+      // is embedded and stored before the next is asked for.
+      const batches = documentPool(this.deps).extract({
+        kind: input.kind,
+        body: input.body,
+        limits: this.deps.config.documents.limits,
+        batch: EMBED_BATCH,
+        resume: input.resume,
+        signal: input.signal,
+      });
+      for await (const chunks of batches) {
+        input.signal?.throwIfAborted();
         await this.storeChunks(input.workspaceId, input.documentId, chunks, model, meter, input.signal);
         count += chunks.length;
         await input.onBatch?.({ chunks: count, lastHash: chunkHash(chunks.at(-1) as Chunk) });
-      };
-      const take = async (c: Chunk) => {
-        if (c.index < from) {
-          if (c.index === from - 1) {
-            if (chunkHash(c) !== input.resume?.lastHash) throw new ResumeMismatchError();
-            resumed = true;
-          }
-          return;
-        }
-        batch.push(c);
-        if (batch.length >= EMBED_BATCH) await flush();
-      };
-      for await (const seg of extractSegments(input.kind, input.body)) {
-        input.signal?.throwIfAborted();
-        for (const c of chunker.push(seg)) await take(c);
       }
-      for (const c of chunker.end()) await take(c);
-      await flush();
-      if (!resumed) throw new ResumeMismatchError();
       status = 'success';
       return count;
     } catch (err) {
@@ -990,15 +979,6 @@ export class RagService {
   }
 }
 
-/** What an interrupted indexing remembers of its last stored chunk, to resume after it. */
-export const chunkHash = (c: Chunk) =>
-  createHash('sha256').update(`${c.index}\u0000${c.page}\u0000${c.content}`).digest('base64url');
-
-/** The document no longer chunks as it did before an interruption: index it from the start. */
-export class ResumeMismatchError extends Error {
-  override name = 'ResumeMismatchError';
-}
-
 const round = (n: number, digits = 4) => Math.round(n * 10 ** digits) / 10 ** digits;
 
 /** The prompt: numbered sources, the rule to use only them and cite them, the honest "not found". */
@@ -1023,4 +1003,4 @@ export function buildMessages(
   return messages;
 }
 
-export { documentKind, ExtractionError };
+export { chunkHash, documentKind, ExtractionError, ResumeMismatchError };
