@@ -13,6 +13,7 @@ export {
   type RecordedRequest as GitHostRecordedRequest,
   startFakeGitHost,
 } from './githost.js';
+export * from './hostile-documents.js';
 export * from './http-fixture.js';
 export * from './images.js';
 export * from './mcp-server.js';

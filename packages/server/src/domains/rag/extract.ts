@@ -106,8 +106,11 @@ async function* csvSegments(body: Readable, limits: DocumentLimits): AsyncGenera
   } catch (err) {
     body.destroy();
     if (err instanceof ExtractionError) throw err;
-    if (err instanceof CsvError && err.code === 'CSV_MAX_RECORD_SIZE')
-      throw over.csvRecordBytes(record + 1, limits);
+    if (err instanceof CsvError && err.code === 'CSV_MAX_RECORD_SIZE') {
+      // The parser may be records ahead of this loop: its own count says which record.
+      const parsed = (err as CsvError & { records?: number }).records;
+      throw over.csvRecordBytes((typeof parsed === 'number' ? parsed : record) + 1, limits);
+    }
     throw new ExtractionError(`Invalid CSV: ${(err as Error).message}`);
   }
 }

@@ -6,7 +6,10 @@ import type { RunExecution, RunExecutor, RunOutcome, RunRecord } from '../../run
 import { runStore } from '../../runs/index.js';
 import type { StorageFileDto } from '../storage/schema.js';
 import { isUuid, StorageService } from '../storage/service.js';
+import { documentPool } from './document-pool.js';
 import { documentKind, ExtractionError } from './extract.js';
+import { takeHead } from './first-bytes.js';
+import { HEAD_BYTES, HEAD_KINDS } from './inspect.js';
 import { MAX_FILE_BYTES, RagService, ResumeMismatchError } from './service.js';
 
 /** The run kind that indexes a storage file in the background. */
@@ -100,6 +103,20 @@ export async function requestIndexing(
   const size = file.size_bytes === null ? null : Number(file.size_bytes);
   if (size !== null && size > MAX_FILE_BYTES) {
     throw badRequest(`File ${file.filename} exceeds maximum size of 100MB`, 'FILE_TOO_LARGE');
+  }
+  // A bound the file's first bytes already pass (a CSV's columns, a JSON's depth): refused now.
+  if (HEAD_KINDS.has(kind.kind) && file.storage_key) {
+    const obj = await deps.objects.get(file.storage_key);
+    if (obj) {
+      const { head } = await takeHead(obj.body, HEAD_BYTES);
+      obj.body.destroy();
+      const early = await documentPool(deps).inspect({
+        kind: kind.kind,
+        limits: deps.config.documents.limits,
+        head,
+      });
+      if (early) throw badRequest(early.message, 'DOCUMENT_LIMIT_EXCEEDED');
+    }
   }
   const rag = new RagService(deps, em);
   await rag.provision(input.workspaceId);

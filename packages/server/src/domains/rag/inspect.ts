@@ -11,6 +11,9 @@ export const HEAD_BYTES = 64 * 1024;
 /** Bytes of a DOCX's end kept to read its central directory (a zip's end record is within the last 64 KB). */
 export const TAIL_BYTES = 1024 * 1024;
 
+/** Kinds whose first bytes can show a bound. */
+export const HEAD_KINDS: ReadonlySet<DocumentKind> = new Set(['csv', 'json']);
+
 export interface InspectInput {
   kind: DocumentKind;
   limits: DocumentLimits;
@@ -39,7 +42,7 @@ function csvHeadOver(head: Buffer, limits: DocumentLimits) {
   }
   const first = records[0];
   // Columns only grow as the record goes on: a cut record already over the bound is over it.
-  if (first && first.length > limits.maxCsvColumns) return over.csvColumns(1, first.length, limits);
+  if (first && first.length > limits.maxCsvColumns) return over.csvColumns(1, undefined, limits);
   return undefined;
 }
 

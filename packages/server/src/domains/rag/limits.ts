@@ -54,8 +54,11 @@ export const sizeLabel = (bytes: number) =>
 export const over = {
   pdfPages: (pages: number, l: DocumentLimits) =>
     new LimitError(`PDF has ${pages} pages; the limit is ${l.maxPdfPages}`),
-  csvColumns: (record: number, columns: number, l: DocumentLimits) =>
-    new LimitError(`CSV record ${record} has ${columns} columns; the limit is ${l.maxCsvColumns}`),
+  /** `columns` undefined: only the record's first bytes were read, already past the bound. */
+  csvColumns: (record: number, columns: number | undefined, l: DocumentLimits) =>
+    new LimitError(
+      `CSV record ${record} has ${columns ?? `more than ${l.maxCsvColumns}`} columns; the limit is ${l.maxCsvColumns}`,
+    ),
   csvRecordBytes: (record: number, l: DocumentLimits) =>
     new LimitError(
       `CSV record ${record} is larger than ${sizeLabel(l.maxCsvRecordBytes)}; the limit is ${sizeLabel(l.maxCsvRecordBytes)}`,

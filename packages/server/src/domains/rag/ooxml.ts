@@ -81,6 +81,14 @@ export async function boundedDocx(buffer: Buffer, limits: DocumentLimits): Promi
           if (total > limits.maxOoxmlTotalBytes) throw over.ooxmlTotal(limits);
           parts.push(piece);
         }
+      } catch (err) {
+        // yauzl stops a part that inflates past the size its headers declare.
+        if (/too many bytes/i.test((err as Error).message)) {
+          throw new ExtractionError(
+            `Invalid DOCX: part ${name} inflates to more than the ${entry.uncompressedSize} bytes it declares`,
+          );
+        }
+        throw err;
       } finally {
         stream.destroy();
       }

@@ -1,3 +1,4 @@
+import { pipeline } from 'node:stream';
 import busboy from 'busboy';
 import type { Request, Response, Router } from 'express';
 import { z } from 'zod';
@@ -8,7 +9,10 @@ import { AppError, badRequest, INVALID_REQUEST_BODY, sendError, toAppError } fro
 import { securityFor } from '../../http/openapi-security.js';
 import type { RawRouteModule } from '../../http/raw-routes.js';
 import { StorageService } from '../storage/service.js';
+import { documentPool } from './document-pool.js';
 import { documentKind } from './extract.js';
+import { TailKeeper, takeHead } from './first-bytes.js';
+import { HEAD_BYTES, TAIL_BYTES } from './inspect.js';
 import { type RagUploadDetail, type RagUploadResult, RagUploadResultSchema } from './schema.js';
 import { MAX_FILE_BYTES, RAG_UPLOAD_ENDPOINT, RagService } from './service.js';
 
@@ -21,6 +25,15 @@ class FileTooLargeError extends Error {}
 /** A failure of the client's own making for one file (type, size): 400 when every file has one. */
 const CLIENT_FAILURE = Symbol('client');
 type Detail = RagUploadDetail & { [CLIENT_FAILURE]?: boolean };
+
+const refused = (filename: string, error: string): Detail => ({
+  filename,
+  documentId: null,
+  chunks: 0,
+  status: 'failed',
+  error,
+  [CLIENT_FAILURE]: true,
+});
 
 /**
  * `POST /rag/upload` (spec 4.12): multipart `workspace_id` then `files[]`, read with busboy.
@@ -116,6 +129,18 @@ function receive(
           });
           return;
         }
+        // Bounds its first bytes already pass (a CSV's columns, a JSON's depth): refused before
+        // anything is stored.
+        const pool = documentPool(deps);
+        const limits = deps.config.documents.limits;
+        const { head, body, discard } = await takeHead(stream, HEAD_BYTES);
+        const early = await pool.inspect({ kind: kind.kind, limits, head });
+        if (early) {
+          discard();
+          details.push(refused(name, early.message));
+          return;
+        }
+        const keeper = kind.kind === 'docx' ? new TailKeeper(TAIL_BYTES) : undefined;
         let stored: Awaited<ReturnType<StorageService['createFile']>>;
         try {
           stored = await storage.createFile({
@@ -124,7 +149,7 @@ function receive(
             filename: name,
             mimeType: kind.mime,
             source: 'RAG upload',
-            body: stream,
+            body: keeper ? pipeline(body, keeper, () => {}) : body,
           });
           if (over) {
             await storage.deleteFile(ws, stored.id).catch(() => undefined);
@@ -154,6 +179,20 @@ function receive(
             return;
           }
           throw err;
+        }
+        // A DOCX's central directory, at its end: its part count and declared sizes.
+        if (keeper && !over) {
+          const late = await pool.inspect({
+            kind: 'docx',
+            limits,
+            tail: keeper.tail(),
+            size: stored.sizeBytes ?? 0,
+          });
+          if (late) {
+            await storage.deleteFile(ws, stored.id).catch(() => undefined);
+            details.push(refused(name, late.message));
+            return;
+          }
         }
         const doc = await rag.createDocument({
           workspaceId: ws,
@@ -268,7 +307,7 @@ export const ragRoutes: RawRouteModule = {
         tags: ['RAG'],
         summary: 'Upload documents to the workspace index (multipart, streamed)',
         description:
-          'Session only (401 `Authentication required`). `workspace_id` must precede the `files[]` parts. Supported: .txt, .md, .csv, .json, .pdf, .docx, each up to 100 MB. The index is provisioned on the first upload. Partial success: each file has its own outcome; an unsupported type fails with `File type <type> not supported for <name>`, an oversized file with `File <name> exceeds maximum size of 100MB`. When every file fails for one of these reasons the request answers 400 with the first. 400 `workspace_id is required`, `At least one file is required`; 403 `Access denied to workspace`; 500 `Failed to upload files`.',
+          'Session only (401 `Authentication required`). `workspace_id` must precede the `files[]` parts. Supported: .txt, .md, .csv, .json, .pdf, .docx, each up to 100 MB. The index is provisioned on the first upload. Partial success: each file has its own outcome; an unsupported type fails with `File type <type> not supported for <name>`, an oversized file with `File <name> exceeds maximum size of 100MB`, a file whose first bytes (or, for a DOCX, central directory) already pass a document bound with that bound, e.g. `CSV record 1 has 100000 columns; the limit is 2000` (nothing is stored). When every file fails for one of these reasons the request answers 400 with the first. A bound found during indexing (pages, characters, chunks, inflated sizes, memory, time) fails that file with the bound named in its `error`. 400 `workspace_id is required`, `At least one file is required`; 403 `Access denied to workspace`; 500 `Failed to upload files`.',
         security: securityFor(SESSION),
         requestBody: {
           content: {
