@@ -9,6 +9,8 @@ export default defineConfig({
     'embedded-initdb': 'src/db/embedded-initdb.ts',
     // Run as a worker thread by db/embedded.ts (the embedded database's engine, decision 0039).
     'embedded-worker': 'src/db/embedded-worker.ts',
+    // Run by piscina as the document pool's worker thread (domains/rag/document-pool.ts, decision 0040).
+    'document-worker': 'src/domains/rag/document-worker.ts',
   },
   format: ['esm'],
   platform: 'node',

@@ -27,7 +27,12 @@ async function drain(
   each?: (n: number) => Promise<void>,
 ) {
   let n = 0;
-  for await (const batch of pool.extract({ kind, body, limits: { ...DEFAULT_LIMITS, ...limits }, batch: 64 })) {
+  for await (const batch of pool.extract({
+    kind,
+    body,
+    limits: { ...DEFAULT_LIMITS, ...limits },
+    batch: 64,
+  })) {
     n += batch.length;
     await each?.(n);
   }
@@ -81,7 +86,9 @@ describe('the document pool', () => {
 
   it('terminates a job over its time; the next job gets a new worker', async () => {
     const pool = newPool({ timeoutMs: 300 });
-    const err = await drain(pool, 'pdf', Readable.from([manyPagesPdf(100_000)]), { maxPdfPages: 1_000_000 }).then(
+    const err = await drain(pool, 'pdf', Readable.from([manyPagesPdf(100_000)]), {
+      maxPdfPages: 1_000_000,
+    }).then(
       () => undefined,
       (e: unknown) => e,
     );

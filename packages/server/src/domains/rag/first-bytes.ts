@@ -1,41 +1,63 @@
-import { Readable, Transform, type TransformCallback } from 'node:stream';
+import { PassThrough, type Readable, Transform, type TransformCallback } from 'node:stream';
 
 /**
  * Reads the first `n` bytes of `stream` (fewer if it ends first). `body` is the whole stream
- * again (those bytes, then the rest, read on demand); `discard()` drains the rest unread.
+ * again (those bytes, then the rest, piped on demand); `discard()` drains the rest unread.
  */
 export async function takeHead(
   stream: Readable,
   n: number,
 ): Promise<{ head: Buffer; body: Readable; discard(): void }> {
-  const it = stream[Symbol.asyncIterator]() as AsyncIterator<Buffer>;
   const parts: Buffer[] = [];
   let size = 0;
   let ended = false;
-  while (size < n) {
-    const r = await it.next();
-    if (r.done) {
+  await new Promise<void>((resolve, reject) => {
+    const cleanup = () => {
+      stream.off('readable', onReadable);
+      stream.off('end', onEnd);
+      stream.off('error', onError);
+    };
+    const onReadable = () => {
+      let c: Buffer | null;
+      while (size < n && (c = stream.read() as Buffer | null) !== null) {
+        parts.push(c);
+        size += c.length;
+      }
+      if (size >= n) {
+        cleanup();
+        resolve();
+      }
+    };
+    const onEnd = () => {
       ended = true;
-      break;
-    }
-    parts.push(r.value);
-    size += r.value.length;
-  }
+      cleanup();
+      resolve();
+    };
+    const onError = (err: Error) => {
+      cleanup();
+      reject(err);
+    };
+    stream.on('readable', onReadable);
+    stream.on('end', onEnd);
+    stream.on('error', onError);
+  });
   const first = Buffer.concat(parts);
-  async function* whole() {
-    yield first;
-    if (ended) return;
-    for (;;) {
-      const r = await it.next();
-      if (r.done) return;
-      yield r.value;
-    }
+  const body = new PassThrough();
+  body.write(first);
+  if (ended) body.end();
+  else {
+    stream.once('error', (err) => body.destroy(err));
+    stream.pipe(body);
   }
   return {
     head: first.subarray(0, n),
-    body: Readable.from(whole(), { objectMode: false }),
+    body,
     discard: () => {
-      if (!ended) stream.resume();
+      body.destroy();
+      if (!ended) {
+        stream.unpipe(body);
+        stream.resume();
+      }
     },
   };
 }

@@ -108,7 +108,8 @@ export async function requestIndexing(
   if (HEAD_KINDS.has(kind.kind) && file.storage_key) {
     const obj = await deps.objects.get(file.storage_key);
     if (obj) {
-      const { head } = await takeHead(obj.body, HEAD_BYTES);
+      const { head, body } = await takeHead(obj.body, HEAD_BYTES);
+      body.destroy();
       obj.body.destroy();
       const early = await documentPool(deps).inspect({
         kind: kind.kind,
