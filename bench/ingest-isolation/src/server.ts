@@ -7,7 +7,9 @@
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import type * as ServerModule from '@ai-suite/server';
 
-const { createServer }: typeof ServerModule = await import('../../../packages/server/dist/index.js');
+/** The build (`pnpm --filter @ai-suite/server build`), as `pnpm start` runs it. */
+const BUILD = '../../../packages/server/dist/index.js';
+const { createServer }: typeof ServerModule = await import(BUILD);
 
 const server = await createServer({ env: process.env });
 const { url } = await server.listen(0, '127.0.0.1');

@@ -18,8 +18,9 @@ export async function takeHead(
       stream.off('error', onError);
     };
     const onReadable = () => {
-      let c: Buffer | null;
-      while (size < n && (c = stream.read() as Buffer | null) !== null) {
+      while (size < n) {
+        const c = stream.read() as Buffer | null;
+        if (c === null) break;
         parts.push(c);
         size += c.length;
       }
