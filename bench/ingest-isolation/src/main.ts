@@ -140,6 +140,12 @@ function chatLoad(url: string, clients: number) {
           headers: { authorization: `Bearer ${API_KEY}`, 'content-type': 'application/json' },
           body: JSON.stringify({ messages: [{ role: 'user', content: 'Any news?' }], stream: true }),
         });
+        if (res.status !== 200) {
+          failures++;
+          await res.text();
+          await new Promise((r) => setTimeout(r, 200));
+          continue;
+        }
         const reader = (res.body as ReadableStream<Uint8Array>).getReader();
         let last = performance.now();
         let first = true;
@@ -191,6 +197,7 @@ async function measure(database: string, mode: string, file: { name: string; pat
     INIT_API_KEY: API_KEY,
     INIT_CREDITS_USD: '1000',
     DOCUMENT_WORKERS: mode === 'main' ? '0' : undefined,
+    RATE_LIMIT_CHAT: '1000000',
   });
   try {
     const signIn = await fetch(`${server.url}/api/v1/auth/sign-in`, {
