@@ -14,7 +14,8 @@
  *
  * Environment: BENCH_DATABASES (`postgres`; `embedded` too: PGlite indexes a 100 MB CSV in
  * tens of minutes), BENCH_PG_URL (postgres://postgres@127.0.0.1:5432/test), BENCH_CSV_MB (100),
- * BENCH_PDF_PAGES (200), BENCH_MODES (`main,pool`), BENCH_CHATS (4).
+ * BENCH_PDF_PAGES (200), BENCH_MODES (`idle,main,pool`: `idle` = the /chat load alone for
+ * BENCH_IDLE_MS, 60 s, the machine's noise floor), BENCH_CHATS (4).
  */
 import { type ChildProcess, fork } from 'node:child_process';
 import fs from 'node:fs';
@@ -31,8 +32,10 @@ const DATABASES = (env.BENCH_DATABASES ?? 'postgres').split(',');
 const PG_URL = env.BENCH_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 const CSV_MB = Number(env.BENCH_CSV_MB ?? 100);
 const PDF_PAGES = Number(env.BENCH_PDF_PAGES ?? 200);
-const MODES = (env.BENCH_MODES ?? 'main,pool').split(',');
+const MODES = (env.BENCH_MODES ?? 'idle,main,pool').split(',');
 const CHATS = Number(env.BENCH_CHATS ?? 4);
+/** How long the noise floor (`idle` mode: the /chat load without a document) is measured. */
+const IDLE_MS = Number(env.BENCH_IDLE_MS ?? 60_000);
 const TMP = fs.mkdtempSync(path.join(os.tmpdir(), 'bench-ingest-isolation-'));
 const API_KEY = `svc_ai_${'b'.repeat(64)}`;
 const EMAIL = 'bench@example.com';
@@ -219,6 +222,26 @@ async function measure(database: string, mode: string, file: { name: string; pat
     await new Promise((r) => setTimeout(r, 2000));
     await server.ask('reset');
     const t0 = performance.now();
+    if (mode === 'idle') {
+      // The noise floor: the same /chat load, no document.
+      await new Promise((r) => setTimeout(r, IDLE_MS));
+      const eld = await server.ask<{ p50: number; p99: number; max: number; count: number }>('eld');
+      const chat = await load.stop();
+      return {
+        database,
+        mode: 'no document (the /chat load alone)',
+        file: '—',
+        status: 'ready',
+        chunks: 0,
+        seconds: IDLE_MS / 1000,
+        throughput: '—',
+        eld,
+        chatGapP99: pct(chat.gaps, 99),
+        chatGapMax: Math.max(...chat.gaps),
+        streams: chat.gaps.length,
+        failures: chat.failures,
+      };
+    }
     const res = await fetch(`${server.url}/api/v1/workspaces/${workspace.id}/storage/files/${fileId}/index`, {
       method: 'POST',
       headers: { authorization: `Bearer ${API_KEY}`, 'content-type': 'application/json' },
@@ -279,8 +302,13 @@ console.log(
 );
 const results = [];
 for (const database of DATABASES) {
+  if (MODES.includes('idle')) {
+    const r = await measure(database, 'idle', files[0] as (typeof files)[0]);
+    results.push(r);
+    console.log(JSON.stringify(r));
+  }
   for (const file of files) {
-    for (const mode of MODES) {
+    for (const mode of MODES.filter((m) => m !== 'idle')) {
       const r = await measure(database, mode, file);
       results.push(r);
       console.log(JSON.stringify(r));
