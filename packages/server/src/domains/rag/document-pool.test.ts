@@ -125,7 +125,7 @@ describe('the document pool', () => {
     );
     const job = drain(pool, 'pdf', body, { maxPdfPages: 1_000_000 });
     // Mid-job: the worker has read the document and is going through its pages.
-    await expect.poll(() => pulled, { timeout: 60_000 }).toBe(true);
+    await expect.poll(() => pulled && pool.active === 1, { timeout: 60_000 }).toBe(true);
     await new Promise((r) => setTimeout(r, 500));
     const [worker] = pool.threads;
     await worker?.terminate();
@@ -150,6 +150,13 @@ describe('the document pool', () => {
     await gen.next();
     await gen.return(undefined);
     expect(pool.threads).toHaveLength(0);
+  });
+
+  it('a stream of strings is read as UTF-8', async () => {
+    const pool = newPool();
+    await expect(drain(pool, 'text', Readable.from(['Ärger über Straße. ', 'Zweiter Satz.']))).resolves.toBe(
+      1,
+    );
   });
 
   it('an object that cannot be read: its read error, not the document’s', async () => {

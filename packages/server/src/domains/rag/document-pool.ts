@@ -97,6 +97,7 @@ class WorkClock {
  */
 export class DocumentPool {
   private piscina: Piscina | undefined;
+  private working = 0;
 
   constructor(
     readonly settings: DocumentPoolSettings,
@@ -121,6 +122,11 @@ export class DocumentPool {
       this.piscina.on('error', (err: unknown) => this.log.warn({ err }, 'document worker failed'));
     }
     return this.piscina;
+  }
+
+  /** Jobs a worker has started and not finished. */
+  get active(): number {
+    return this.working;
   }
 
   /** The live worker threads (tests kill one to see the pool recover). */
@@ -178,7 +184,8 @@ export class DocumentPool {
       wake?.();
     };
     let readError: unknown;
-    const reader = body[Symbol.asyncIterator]() as AsyncIterator<Buffer | Uint8Array>;
+    let started = false;
+    const reader = body[Symbol.asyncIterator]() as AsyncIterator<Buffer | Uint8Array | string>;
     const send = (m: MainMessage, transfer: ArrayBuffer[] = []) => {
       if (!end) port.postMessage(m, transfer);
     };
@@ -186,6 +193,8 @@ export class DocumentPool {
     port.on('message', (m: WorkerMessage) => {
       switch (m.t) {
         case 'start':
+          started = true;
+          this.working++;
           clock.start();
           break;
         case 'pull':
@@ -194,8 +203,9 @@ export class DocumentPool {
             (r) => {
               clock.paid();
               if (r.done) return send({ t: 'end' });
-              // A copy of its own: the stream's buffer may share its memory with others.
-              const bytes = new Uint8Array(r.value);
+              // A copy of its own (the stream's buffer may share its memory with others); a
+              // stream of strings (`Readable.from(['…'])`) is sent as UTF-8.
+              const bytes = typeof r.value === 'string' ? Buffer.from(r.value) : new Uint8Array(r.value);
               send({ t: 'data', bytes }, [bytes.buffer]);
             },
             (err) => {
@@ -266,6 +276,7 @@ export class DocumentPool {
         wake = undefined;
       }
     } finally {
+      if (started) this.working--;
       clock.stop();
       signal?.removeEventListener('abort', onCallerAbort);
       // Left early (the caller failed or stopped): the worker is terminated, not asked.
