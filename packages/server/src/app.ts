@@ -1,9 +1,10 @@
 import express, { type Express } from 'express';
 import helmet from 'helmet';
 import type { ServerDeps } from './context.js';
+import { appError } from './errors/index.js';
 import { consoleRouter } from './http/console.js';
 import { docsRouter } from './http/docs.js';
-import { AppError, errorHandler, sendError } from './http/errors.js';
+import { errorHandler, sendError } from './http/errors.js';
 import { jsonBodyParser } from './http/json-body.js';
 import { buildOpenApiDocument } from './http/openapi-doc.js';
 import { OPENAPI_MAX_BODY, openApiHandler } from './http/openapi-handler.js';
@@ -68,7 +69,7 @@ export function createApp(deps: ServerDeps): Express {
   app.use(consoleRouter(deps.config.consoleDir));
 
   // Anything else, including other versions under /api: 404 with the standard body.
-  app.use((_req, res) => sendError(res, new AppError(404, 'Not found', 'NOT_FOUND')));
+  app.use((_req, res) => sendError(res, appError('NOT_FOUND')));
   app.use(errorHandler(deps.log));
   return app;
 }

@@ -3,7 +3,7 @@ import { parse as parseCookies } from 'cookie';
 import type { Request } from 'express';
 import type { ServerDeps } from '../context.js';
 import { resolveApiKey } from '../domains/workspaces/service.js';
-import { AppError, forbidden } from '../http/errors.js';
+import { appError } from '../errors/index.js';
 import { bearerToken } from './api-keys.js';
 import type { Principal } from './principal.js';
 import { isSessionToken, resolveSession, SESSION_COOKIE, type SessionRecord } from './sessions.js';
@@ -18,17 +18,17 @@ export type PrincipalKind = 'apiKey' | 'session' | 'widget';
  */
 export interface AuthPolicy {
   kinds: readonly PrincipalKind[];
-  refusal: string;
+  refusal: 'INVALID_API_KEY' | 'AUTHENTICATION_REQUIRED';
 }
 
 /** Chat, Agents, Artifacts, Image, Insights (spec 5). */
-export const API_KEY: AuthPolicy = { kinds: ['apiKey'], refusal: 'Invalid API key' };
+export const API_KEY: AuthPolicy = { kinds: ['apiKey'], refusal: 'INVALID_API_KEY' };
 /** Apps chat and memory: a key or a widget token. */
-export const API_KEY_OR_WIDGET: AuthPolicy = { kinds: ['apiKey', 'widget'], refusal: 'Invalid API key' };
+export const API_KEY_OR_WIDGET: AuthPolicy = { kinds: ['apiKey', 'widget'], refusal: 'INVALID_API_KEY' };
 /** Storage: a key or a session. */
-export const API_KEY_OR_SESSION: AuthPolicy = { kinds: ['apiKey', 'session'], refusal: 'Invalid API key' };
+export const API_KEY_OR_SESSION: AuthPolicy = { kinds: ['apiKey', 'session'], refusal: 'INVALID_API_KEY' };
 /** RAG, key management, tool-server connections, members: a person signed in. */
-export const SESSION: AuthPolicy = { kinds: ['session'], refusal: 'Authentication required' };
+export const SESSION: AuthPolicy = { kinds: ['session'], refusal: 'AUTHENTICATION_REQUIRED' };
 
 /**
  * Every authenticated route on the web console's mount of the API (`/console-api/v1`,
@@ -75,7 +75,7 @@ export function assertSameOrigin(req: Request, deps: ServerDeps): void {
   if (!UNSAFE_METHODS.has(req.method)) return;
   const claimed = claimedOrigin(req);
   if (!claimed || !allowedOrigins(req, deps).includes(claimed)) {
-    throw new AppError(403, 'Cross-site request refused', 'CSRF_REJECTED');
+    throw appError('CSRF_REJECTED');
   }
 }
 
@@ -106,32 +106,29 @@ export function sessionCookieAllowed(req: Request, deps: ServerDeps): boolean {
   const claimed = claimedOrigin(req);
   if (claimed === undefined) return false;
   if (!claimed || !allowedOrigins(req, deps).includes(claimed)) {
-    throw new AppError(
-      403,
-      'Sign-in from an untrusted origin refused: add it to AUTH_TRUSTED_ORIGINS if it is yours',
-      'CSRF_REJECTED',
-      { origin: req.headers.origin ?? req.headers.referer ?? null },
-    );
+    throw appError('CSRF_UNTRUSTED_ORIGIN', {
+      details: { origin: req.headers.origin ?? req.headers.referer ?? null },
+    });
   }
   return true;
 }
 
 /**
  * The session of a request (bearer token or cookie, CSRF-checked), without requiring a
- * workspace: what the `/auth/*` routes of a signed-in person need. 401 with `refusal` otherwise.
+ * workspace: what the `/auth/*` routes of a signed-in person need. 401 `Authentication required`
+ * otherwise.
  */
 export async function authenticateSession(
   req: Request,
   deps: ServerDeps,
   em: EntityManager,
-  refusal = SESSION.refusal,
 ): Promise<SessionRecord> {
   if (req.session) return req.session;
   const credential = sessionCredential(req);
-  if (!credential) throw new AppError(401, refusal);
+  if (!credential) throw appError('AUTHENTICATION_REQUIRED');
   if (credential.via === 'cookie') assertSameOrigin(req, deps);
   const session = await resolveSession(em, credential.token, deps.identity);
-  if (!session) throw new AppError(401, refusal, 'SESSION_INVALID');
+  if (!session) throw appError('SESSION_INVALID');
   req.session = session;
   return session;
 }
@@ -140,7 +137,7 @@ export async function authenticateSession(
 export function sessionPrincipal(session: SessionRecord): Principal {
   const ws = session.workspace;
   if (!ws) {
-    throw new AppError(403, 'No active workspace: switch to a workspace first', 'NO_ACTIVE_WORKSPACE');
+    throw appError('NO_ACTIVE_WORKSPACE');
   }
   return {
     via: 'session',
@@ -177,14 +174,14 @@ export async function authenticate(
   const cached = req.principal;
   if (cached) {
     if (policy.kinds.includes(cached.via)) return cached;
-    throw new AppError(401, policy.refusal);
+    throw appError(policy.refusal);
   }
   const kind = kindOf(req);
-  if (!kind || !policy.kinds.includes(kind)) throw new AppError(401, policy.refusal);
+  if (!kind || !policy.kinds.includes(kind)) throw appError(policy.refusal);
   let principal: Principal;
   if (kind === 'apiKey') {
     const resolved = await resolveApiKey(em, bearerToken(req.headers.authorization));
-    if (!resolved) throw new AppError(401, 'Invalid API key');
+    if (!resolved) throw appError('INVALID_API_KEY');
     principal = resolved;
   } else if (kind === 'widget') {
     principal = await resolveWidgetToken(
@@ -200,6 +197,9 @@ export async function authenticate(
 }
 
 /** Owners and admins only: 403 with the operation's message for members. */
-export function requireManager(principal: Principal, message: string): void {
-  if (principal.role !== 'owner' && principal.role !== 'admin') throw forbidden(message);
+export function requireManager(
+  principal: Principal,
+  refusal: 'KEY_MANAGEMENT_FORBIDDEN' | 'TOOL_SERVERS_FORBIDDEN',
+): void {
+  if (principal.role !== 'owner' && principal.role !== 'admin') throw appError(refusal);
 }

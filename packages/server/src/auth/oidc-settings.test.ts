@@ -1,6 +1,6 @@
 import { startFakeOidc } from '@ai-suite/testkit';
 import { describe, expect, it } from 'vitest';
-import { AppError } from '../http/errors.js';
+import { AppError } from '../errors/index.js';
 import { OidcClient } from './oidc.js';
 import { identitySettingsFromEnv } from './settings.js';
 

@@ -1,5 +1,5 @@
 import * as client from 'openid-client';
-import { AppError, badRequest } from '../http/errors.js';
+import { AppError, appError } from '../errors/index.js';
 import { openSecret, sealSecret } from './secret-box.js';
 import type { OidcSettings } from './settings.js';
 
@@ -46,14 +46,11 @@ export interface OidcIdentity {
   name: string | undefined;
 }
 
-export const INVALID_RETURN_TO = () =>
-  badRequest('returnTo must be a relative path on this site (starting with a single /)', 'INVALID_RETURN_TO');
-export const OIDC_STATE_INVALID = () =>
-  new AppError(400, 'Invalid or expired sign-in attempt: start again', 'OIDC_STATE_INVALID');
-export const OIDC_NOT_CONFIGURED = () =>
-  new AppError(404, 'Sign-in with an identity provider is not configured', 'OIDC_NOT_CONFIGURED');
+export const INVALID_RETURN_TO = () => appError('INVALID_RETURN_TO');
+export const OIDC_STATE_INVALID = () => appError('OIDC_STATE_INVALID');
+export const OIDC_NOT_CONFIGURED = () => appError('OIDC_NOT_CONFIGURED');
 const PROVIDER_UNAVAILABLE = (reason: string) =>
-  new AppError(502, 'The identity provider could not be reached', 'OIDC_PROVIDER_UNAVAILABLE', { reason });
+  appError('OIDC_PROVIDER_UNAVAILABLE', { details: { reason } });
 
 /**
  * Where to send the browser after sign-in: only a path on this site. Refused: absolute URLs,
@@ -120,15 +117,19 @@ function describeFailure(err: unknown): string {
 function callbackError(err: unknown): AppError {
   if (err instanceof AppError) return err;
   if (err instanceof client.AuthorizationResponseError) {
-    return new AppError(401, 'The identity provider refused the sign-in', 'OIDC_PROVIDER_REFUSED', {
-      error: err.error,
-      ...(err.error_description ? { description: err.error_description } : {}),
+    return appError('OIDC_PROVIDER_REFUSED', {
+      details: {
+        error: err.error,
+        ...(err.error_description ? { description: err.error_description } : {}),
+      },
     });
   }
   if (err instanceof client.ResponseBodyError) {
-    return new AppError(401, 'The identity provider refused the sign-in', 'OIDC_PROVIDER_REFUSED', {
-      error: err.error,
-      ...(err.error_description ? { description: err.error_description } : {}),
+    return appError('OIDC_PROVIDER_REFUSED', {
+      details: {
+        error: err.error,
+        ...(err.error_description ? { description: err.error_description } : {}),
+      },
     });
   }
   const e = err as Error & { code?: string; cause?: unknown };
@@ -147,10 +148,12 @@ function callbackError(err: unknown): AppError {
   // in a generic one: report the inner one, never the claims themselves.
   const inner = e.cause instanceof Error ? (e.cause as Error & { code?: string; cause?: unknown }) : e;
   const claim = (inner.cause as { claim?: unknown } | undefined)?.claim;
-  return new AppError(401, 'The identity provider’s answer could not be verified', 'OIDC_TOKEN_INVALID', {
-    reason: inner.message,
-    ...((inner.code ?? e.code) ? { check: inner.code ?? e.code } : {}),
-    ...(typeof claim === 'string' ? { claim } : {}),
+  return appError('OIDC_TOKEN_INVALID', {
+    details: {
+      reason: inner.message,
+      ...((inner.code ?? e.code) ? { check: inner.code ?? e.code } : {}),
+      ...(typeof claim === 'string' ? { claim } : {}),
+    },
   });
 }
 

@@ -1,5 +1,5 @@
 import { hash, verify } from '@node-rs/argon2';
-import { badRequest } from '../http/errors.js';
+import { appError } from '../errors/index.js';
 
 /** NIST SP 800-63B: at least 8 characters; a ceiling keeps the hash's input bounded. */
 export const PASSWORD_MIN_LENGTH = 8;
@@ -8,10 +8,10 @@ export const PASSWORD_MAX_LENGTH = 256;
 /** Refuses a password a person may not choose (400 with the rule). */
 export function assertAcceptablePassword(password: string): void {
   if (password.length < PASSWORD_MIN_LENGTH) {
-    throw badRequest(`password must be at least ${PASSWORD_MIN_LENGTH} characters`, 'WEAK_PASSWORD');
+    throw appError('WEAK_PASSWORD', { PASSWORD_MIN_LENGTH });
   }
   if (password.length > PASSWORD_MAX_LENGTH) {
-    throw badRequest(`password must be at most ${PASSWORD_MAX_LENGTH} characters`, 'INVALID_PASSWORD');
+    throw appError('INVALID_PASSWORD', { PASSWORD_MAX_LENGTH });
   }
 }
 

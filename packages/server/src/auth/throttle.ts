@@ -1,6 +1,6 @@
 import { RateLimiterPostgres, type RateLimiterRes } from 'rate-limiter-flexible';
 import type { Database } from '../db/orm.js';
-import { AppError } from '../http/errors.js';
+import { appError } from '../errors/index.js';
 import type { IdentitySettings } from './settings.js';
 import { sha256Hex } from './tokens.js';
 
@@ -58,13 +58,10 @@ export class SignInThrottle {
       SignInThrottle.blocked(b, this.address.points),
     );
     if (wait > 0) {
-      throw new AppError(
-        429,
-        'Too many failed sign-in attempts: try again later',
-        'SIGN_IN_THROTTLED',
-        { retryAfterSeconds: wait },
-        { 'Retry-After': String(wait) },
-      );
+      throw appError('SIGN_IN_THROTTLED', {
+        details: { retryAfterSeconds: wait },
+        headers: { 'Retry-After': String(wait) },
+      });
     }
   }
 

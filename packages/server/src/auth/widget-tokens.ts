@@ -1,5 +1,5 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
-import { AppError } from '../http/errors.js';
+import { appError } from '../errors/index.js';
 import type { Principal } from './principal.js';
 import { randomToken, sha256Hex } from './tokens.js';
 
@@ -46,7 +46,7 @@ export async function resolveWidgetToken(
   token: string,
   origin: string | undefined,
 ): Promise<Principal> {
-  if (!TOKEN_PATTERN.test(token)) throw new AppError(401, 'Invalid widget token', 'WIDGET_TOKEN_INVALID');
+  if (!TOKEN_PATTERN.test(token)) throw appError('WIDGET_TOKEN_INVALID');
   const rows = await em.execute<
     {
       id: string;
@@ -65,13 +65,13 @@ export async function resolveWidgetToken(
     [hashWidgetToken(token)],
   );
   const row = rows[0];
-  if (!row) throw new AppError(401, 'Invalid widget token', 'WIDGET_TOKEN_INVALID');
-  if (row.expired) throw new AppError(401, 'Widget token expired', 'WIDGET_TOKEN_EXPIRED');
+  if (!row) throw appError('WIDGET_TOKEN_INVALID');
+  if (row.expired) throw appError('WIDGET_TOKEN_EXPIRED');
   const allowed = row.allowed_origins ?? [];
   if (allowed.length > 0) {
     const given = origin ? normalizeOrigin(origin) : undefined;
     if (!given || !allowed.includes(given)) {
-      throw new AppError(403, 'Origin not allowed', 'WIDGET_ORIGIN_NOT_ALLOWED');
+      throw appError('WIDGET_ORIGIN_NOT_ALLOWED');
     }
   }
   const counted = await em.execute<{ id: string }[]>(
@@ -80,7 +80,7 @@ export async function resolveWidgetToken(
     [row.id],
   );
   if (counted.length === 0) {
-    throw new AppError(429, 'Widget token request limit reached', 'WIDGET_TOKEN_LIMIT_REACHED');
+    throw appError('WIDGET_TOKEN_LIMIT_REACHED');
   }
   return {
     via: 'widget',

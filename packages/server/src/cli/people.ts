@@ -3,7 +3,7 @@ import type { EntityManager } from '@mikro-orm/postgresql';
 import { assertAcceptablePassword, hashPassword } from '../auth/passwords.js';
 import { assertEmail } from '../domains/members/service.js';
 import type { Role } from '../domains/workspaces/entities.js';
-import { conflict, notFound } from '../http/errors.js';
+import { appError } from '../errors/index.js';
 
 /** The operator's view of accounts (CLI `user …`). */
 export interface UserListItem {
@@ -28,7 +28,7 @@ export async function createUser(
      on conflict ((lower(email))) do nothing returning id`,
     [id, email, hash, input.name ?? null],
   );
-  if (rows.length === 0) throw conflict(`A user with email ${email} already exists`, 'EMAIL_TAKEN');
+  if (rows.length === 0) throw appError('USER_EMAIL_TAKEN', { email });
   return { id, email, name: input.name ?? null };
 }
 
@@ -66,7 +66,7 @@ export async function requireUserId(em: EntityManager, email: string): Promise<s
   const rows = await em.execute<{ id: string }[]>('select id from users where lower(email) = ?', [
     email.trim().toLowerCase(),
   ]);
-  if (!rows[0]) throw notFound(`User not found: ${email}`);
+  if (!rows[0]) throw appError('USER_NOT_FOUND', { email });
   return rows[0].id;
 }
 

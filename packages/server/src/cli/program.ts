@@ -6,7 +6,7 @@ import type { Database } from '../db/orm.js';
 import { MICROS_PER_USD, parseTokenQuota, usdToMicros } from '../domains/workspaces/amounts.js';
 import type { Role } from '../domains/workspaces/entities.js';
 import type { WorkspacesService } from '../domains/workspaces/service.js';
-import { AppError, notFound } from '../http/errors.js';
+import { AppError, appError } from '../errors/index.js';
 import { registerJobCommands } from './jobs.js';
 import { type CommandResult, registerStorageCommands } from './storage.js';
 
@@ -174,7 +174,7 @@ export function buildProgram(io: CliIo, json: boolean): Command {
         const em = db.orm.em.fork() as unknown as EntityManager;
         const out = await fn({ db, em, svc: new m.WorkspacesService(em), m }, ...args);
         io.stdout(json ? `${JSON.stringify(out.json, null, 2)}\n` : `${out.human}\n`);
-        if (out.failure) throw new AppError(500, out.failure, 'PARTLY_FAILED');
+        if (out.failure) throw appError('PARTLY_FAILED', { failure: out.failure });
       } finally {
         if (
           created &&
@@ -268,7 +268,7 @@ export function buildProgram(io: CliIo, json: boolean): Command {
         let actingUserId: string | undefined;
         if (opts.as) {
           const user = await em.findOne(m.UserEntity, { email: opts.as });
-          if (!user) throw notFound(`User not found: ${opts.as}`);
+          if (!user) throw appError('USER_NOT_FOUND', { email: opts.as });
           actingUserId = user.id;
         }
         const { key: plaintext, apiKey } = await svc.createApiKey({

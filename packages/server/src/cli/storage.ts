@@ -1,7 +1,7 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { type Command, InvalidArgumentError, Option } from 'commander';
 import { loadConfig } from '../config.js';
-import { AppError } from '../http/errors.js';
+import { appError } from '../errors/index.js';
 import type { CliIo } from './program.js';
 
 /** What a command hands back to the CLI's runner (program.ts). */
@@ -63,11 +63,7 @@ export function registerStorageCommands(program: Command, kit: CommandKit): void
         const storageModule = await import('../storage/index.js');
         const s3Options = storageModule.s3StoreOptions(config.env);
         if (!s3Options) {
-          throw new AppError(
-            400,
-            `S3_BUCKET is not set: set the S3_* variables of the bucket to move ${opts.to === 's3' ? 'to' : 'from'}`,
-            'S3_NOT_CONFIGURED',
-          );
+          throw appError('S3_NOT_CONFIGURED', { p0: opts.to === 's3' ? 'to' : 'from' });
         }
         const { S3ObjectStore } = await import('../storage/s3-store.js');
         const s3 = new S3ObjectStore(s3Options);

@@ -2,7 +2,8 @@ import { existsSync } from 'node:fs';
 import path from 'node:path';
 import express, { type Router } from 'express';
 import helmet from 'helmet';
-import { AppError, sendError } from './errors.js';
+import { appError } from '../errors/index.js';
+import { sendError } from './errors.js';
 
 /** Paths the console never answers: the API, its second mount, the docs and the probes. */
 const NOT_CONSOLE = /^\/(api|console-api|docs|healthz|readyz)(\/|$)/;
@@ -61,7 +62,7 @@ export function consoleRouter(dir: string): Router {
       maxAge: '365d',
       index: false,
     }),
-    (_req, res) => sendError(res, new AppError(404, 'Not found', 'NOT_FOUND')),
+    (_req, res) => sendError(res, appError('NOT_FOUND')),
   );
   router.use(
     express.static(dir, {
@@ -77,7 +78,7 @@ export function consoleRouter(dir: string): Router {
     res.vary('Accept');
     if (!acceptsHtml(req.get('accept'))) return next();
     if (!existsSync(index)) {
-      sendError(res, new AppError(503, 'The web console is not built: run pnpm build', 'CONSOLE_NOT_BUILT'));
+      sendError(res, appError('CONSOLE_NOT_BUILT'));
       return;
     }
     res.setHeader('Cache-Control', 'no-cache');

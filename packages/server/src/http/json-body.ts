@@ -1,6 +1,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import express from 'express';
-import { AppError, INVALID_REQUEST_BODY, toAppError } from './errors.js';
+import { type AppError, appError } from '../errors/index.js';
+import { toAppError } from './errors.js';
 
 /** A JSON content type (what express.json parses, parameters allowed). */
 export const JSON_TYPE = /^application\/json\s*(;|$)/i;
@@ -21,7 +22,7 @@ export function assertJsonDepth(value: unknown): void {
     const [v, depth] = item;
     if (v === null || typeof v !== 'object') continue;
     if (depth > MAX_JSON_DEPTH) {
-      throw new AppError(400, INVALID_REQUEST_BODY, undefined, { maxDepth: MAX_JSON_DEPTH });
+      throw appError('INVALID_REQUEST_BODY', { details: { maxDepth: MAX_JSON_DEPTH } });
     }
     for (const child of Object.values(v)) {
       if (child !== null && typeof child === 'object') stack.push([child, depth + 1]);
@@ -60,7 +61,7 @@ export function readJsonBody(
   res: ServerResponse,
 ): Promise<{ body?: unknown; error?: AppError }> {
   if (!JSON_TYPE.test(req.headers['content-type'] ?? '')) {
-    return Promise.resolve({ error: new AppError(400, INVALID_REQUEST_BODY) });
+    return Promise.resolve({ error: appError('INVALID_REQUEST_BODY') });
   }
   return new Promise((resolve) => {
     reader(req as express.Request, res as express.Response, (err?: unknown) => {

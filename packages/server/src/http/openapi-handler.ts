@@ -2,8 +2,9 @@ import type { TRPCError } from '@trpc/server';
 import type { NextFunction, Request, Response } from 'express';
 import { createOpenApiExpressMiddleware, type OpenApiRouter } from 'trpc-to-openapi';
 import type { ServerDeps } from '../context.js';
+import { AppError, appError, validationError } from '../errors/index.js';
 import type { Meta, RequestContext } from '../trpc.js';
-import { AppError, INVALID_REQUEST_BODY, toAppError, validationError } from './errors.js';
+import { toAppError } from './errors.js';
 
 const TRPC_ERROR = Symbol('trpcError');
 type WithError = Request & { [TRPC_ERROR]?: TRPCError };
@@ -16,15 +17,15 @@ function fromTrpcError(err: TRPCError): AppError {
   }
   switch (err.code) {
     case 'NOT_FOUND':
-      return new AppError(404, 'Not found', 'NOT_FOUND');
+      return appError('NOT_FOUND');
     case 'PARSE_ERROR':
     case 'UNSUPPORTED_MEDIA_TYPE':
     case 'BAD_REQUEST':
-      return new AppError(400, INVALID_REQUEST_BODY);
+      return appError('INVALID_REQUEST_BODY');
     case 'PAYLOAD_TOO_LARGE':
-      return new AppError(413, 'Request body too large');
+      return appError('REQUEST_BODY_TOO_LARGE');
     case 'METHOD_NOT_SUPPORTED':
-      return new AppError(404, 'Not found', 'NOT_FOUND');
+      return appError('NOT_FOUND');
     default:
       return toAppError(cause ?? err);
   }

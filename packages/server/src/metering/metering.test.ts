@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { AppError } from '../http/errors.js';
+import { AppError } from '../errors/index.js';
 import { createTestWorkspace, startTestServer, type TestServer } from '../test/harness.js';
 import { cycleStart, nextCycleStart } from './cycle.js';
 import { estimatorKey, type PgMetering } from './service.js';
@@ -106,7 +106,7 @@ describe('credit debits', () => {
       metering.startGeneration({
         ...base,
         workspaceId: empty.workspaceId,
-        insufficientMessage: 'Insufficient credits',
+        insufficientVariant: 'appsChat',
       }),
     ).rejects.toMatchObject({ status: 402, message: 'Insufficient credits' });
 

@@ -2,7 +2,7 @@ import { randomInt, randomUUID } from 'node:crypto';
 import { ACTIVE_API_KEY_WHERE, API_KEY_FROM, TOUCH_API_KEY_CTE } from '../auth/api-keys.js';
 import { apiKeyPrincipal } from '../auth/principal.js';
 import type { SqlExecutor } from '../db/sql.js';
-import { AppError } from '../http/errors.js';
+import { appError } from '../errors/index.js';
 import type { LlmUsage, ModelInfo } from '../providers/llm.js';
 import { estimateTokens } from '../providers/openai-provider.js';
 import { cycleStart, nextCycleStart } from './cycle.js';
@@ -18,12 +18,8 @@ import type {
   UsageRecordInput,
 } from './types.js';
 
-export const INSUFFICIENT_CREDITS = 'Insufficient credits. Please purchase additional credits to continue.';
-export const TOKEN_LIMIT_EXCEEDED = 'Token limit exceeded';
-export const RATE_LIMIT_EXCEEDED = 'Rate limit exceeded';
-
-export const insufficientCredits = (message = INSUFFICIENT_CREDITS) =>
-  new AppError(402, message, 'INSUFFICIENT_CREDITS');
+/** 402 `INSUFFICIENT_CREDITS`, in the spec's wording for the caller (apps chat has its own). */
+export const insufficientCredits = (variant?: 'appsChat') => appError('INSUFFICIENT_CREDITS', { variant });
 
 export interface RateLimitRule {
   /** Requests per window; 0 turns the bucket off. */
@@ -189,9 +185,11 @@ export function rateLimitHeaders(rule: RateLimitRule, hits: number, resetIn: num
     'RateLimit-Reset': String(reset),
   };
   if (hits > rule.limit) {
-    throw new AppError(429, RATE_LIMIT_EXCEEDED, 'RATE_LIMITED', undefined, {
-      ...headers,
-      'Retry-After': String(reset),
+    throw appError('RATE_LIMITED', {
+      headers: {
+        ...headers,
+        'Retry-After': String(reset),
+      },
     });
   }
   return headers;
@@ -671,7 +669,7 @@ export class GenerationMeter implements GenerationMeterContract {
       inputTokens: this.currentInputTokens(),
       outputTokens: this.currentOutputTokens(),
     });
-    if (!ok) throw insufficientCredits(this.input.insufficientMessage);
+    if (!ok) throw insufficientCredits(this.input.insufficientVariant);
     this.held += topUp;
   }
 
@@ -731,7 +729,7 @@ export class GenerationMeter implements GenerationMeterContract {
     }
     // Image models learn their output tokens too (gpt-image reports them; others report 0).
     if (providerStatus === 'success') this.metering.estimator.observe(this.key, outputTokens);
-    const { insufficientMessage: _m, model, ...rest } = this.input;
+    const { insufficientVariant: _m, model, ...rest } = this.input;
     await this.metering.record({
       ...rest,
       model: model.id,
@@ -887,7 +885,7 @@ export class PgMetering implements Metering {
       [workspaceId],
     );
     const row = rows[0];
-    if (!row) throw new AppError(404, 'Workspace not found');
+    if (!row) throw appError('WORKSPACE_NOT_FOUND');
     const anchor = new Date(row.anchor);
     const start = cycleStart(anchor, now);
     return {
@@ -900,7 +898,7 @@ export class PgMetering implements Metering {
 
   async assertTokenQuota(workspaceId: string): Promise<void> {
     const s = await this.tokenQuotaStatus(workspaceId);
-    if (s.quota !== null && s.used >= s.quota) throw new AppError(403, TOKEN_LIMIT_EXCEEDED);
+    if (s.quota !== null && s.used >= s.quota) throw appError('TOKEN_LIMIT_EXCEEDED');
   }
 
   // ---- credits -----------------------------------------------------------------------------
@@ -910,14 +908,14 @@ export class PgMetering implements Metering {
       'select credit_balance_micros as b from workspaces where id = ?',
       [workspaceId],
     );
-    if (!rows[0]) throw new AppError(404, 'Workspace not found');
+    if (!rows[0]) throw appError('WORKSPACE_NOT_FOUND');
     return Number(rows[0].b);
   }
 
-  async assertCredits(workspaceId: string, atLeastMicros?: number, message?: string): Promise<void> {
+  async assertCredits(workspaceId: string, atLeastMicros?: number, variant?: 'appsChat'): Promise<void> {
     const balance = await this.balanceMicros(workspaceId);
     const need = atLeastMicros ?? 1;
-    if (balance <= 0 || balance < need) throw insufficientCredits(message);
+    if (balance <= 0 || balance < need) throw insufficientCredits(variant);
   }
 
   async debit(
@@ -945,7 +943,7 @@ export class PgMetering implements Metering {
       [micros, micros, workspaceId, ref.reason, ref.ref ?? null],
     );
     const row = rows[0];
-    if (!row) throw new AppError(404, 'Workspace not found');
+    if (!row) throw appError('WORKSPACE_NOT_FOUND');
     return { balanceMicros: Number(row.after), short: Number(row.took) < micros };
   }
 
@@ -1364,7 +1362,7 @@ export class PgMetering implements Metering {
       reservationId: reserved ? reservationId : null,
       limit: () => (limited && rule ? rateLimitHeaders(rule, Number(row.hits), Number(row.reset_in)) : {}),
       quota: () => {
-        if (row.quota !== null && !reserved) throw new AppError(403, TOKEN_LIMIT_EXCEEDED);
+        if (row.quota !== null && !reserved) throw appError('TOKEN_LIMIT_EXCEEDED');
       },
     };
   }
@@ -1399,7 +1397,7 @@ export class PgMetering implements Metering {
       [workspaceId, tokens, reservationId, tokens],
     );
     const row = rows[0];
-    if (!row) throw new AppError(404, 'Workspace not found');
+    if (!row) throw appError('WORKSPACE_NOT_FOUND');
     const reserved = row.reserved === true || String(row.reserved) === 't' || String(row.reserved) === 'true';
     return {
       quota: row.quota === null ? null : Number(row.quota),
@@ -1455,7 +1453,7 @@ export class PgMetering implements Metering {
       Math.max(1, known(opts.minimumMicros), imageMicros + inputCost + expectedInputCost + outputCost) +
       known(opts.extraMicros);
     const id = randomUUID();
-    const { insufficientMessage: _m, model, ...usage } = input;
+    const { insufficientVariant: _m, model, ...usage } = input;
     const record: ExpiredHoldRecord = {
       usage: { ...usage, cycleStart: undefined },
       model: model.id,
@@ -1476,7 +1474,7 @@ export class PgMetering implements Metering {
       known(opts.prepaidMicros),
       opts.asyncCommit === true,
     );
-    if (!ok) throw insufficientCredits(input.insufficientMessage);
+    if (!ok) throw insufficientCredits(input.insufficientVariant);
     this.leases.add(id);
     const meter = new GenerationMeter(this, input, held, id, rawInput, held, factor);
     meter.expectInput(expectedRaw);
@@ -1501,7 +1499,7 @@ export class PgMetering implements Metering {
     const imageMicros =
       input.model.kind === 'image' ? Math.round((input.model.pricePerImage ?? 0) * 1_000_000) : 0;
     const id = randomUUID();
-    const { insufficientMessage: _m, model, ...usage } = input;
+    const { insufficientVariant: _m, model, ...usage } = input;
     const record = {
       model: model.id,
       inputPricePerMTok: model.inputPricePerMTok,
@@ -1557,7 +1555,7 @@ export class PgMetering implements Metering {
 
 /** What a hold row keeps to write its usage record if its process dies. */
 interface ExpiredHoldRecord {
-  usage: Omit<GenerationInput, 'model' | 'insufficientMessage'>;
+  usage: Omit<GenerationInput, 'model' | 'insufficientVariant'>;
   model: string;
   inputPricePerMTok: number;
   outputPricePerMTok: number;

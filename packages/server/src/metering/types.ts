@@ -44,7 +44,7 @@ export interface Metering {
   /** 403 `Token limit exceeded` when the workspace's monthly /chat quota is spent. */
   assertTokenQuota(workspaceId: string): Promise<void>;
   /** 402 INSUFFICIENT_CREDITS when the balance cannot cover `atLeastMicros` (default: > 0). */
-  assertCredits(workspaceId: string, atLeastMicros?: number, message?: string): Promise<void>;
+  assertCredits(workspaceId: string, atLeastMicros?: number, variant?: 'appsChat'): Promise<void>;
   /**
    * Atomically debits `micros` (one statement); returns the new balance. A debit that would
    * take the balance below zero is clamped to what is left and reported as `short`.
@@ -186,8 +186,8 @@ export type GenerationInput = Omit<
   'inputTokens' | 'outputTokens' | 'costMicros' | 'providerStatus' | 'latencyMs' | 'componentLines' | 'model'
 > & {
   model: ModelInfo;
-  /** Message for 402 (apps chat says `Insufficient credits`); default the spec's long one. */
-  insufficientMessage?: string;
+  /** Wording of the 402 (apps chat says `Insufficient credits`); default the spec's long one. */
+  insufficientVariant?: 'appsChat';
 };
 
 /**

@@ -1,6 +1,6 @@
 import fs from 'node:fs';
 import { z } from 'zod';
-import { AppError, badRequest } from '../http/errors.js';
+import { appError } from '../errors/index.js';
 import type { ModelCatalog, ModelInfo, ModelKind } from './llm.js';
 
 /** Where one provider's OpenAI-compatible endpoint lives. */
@@ -13,9 +13,6 @@ export interface ProviderConfig {
   /** Free-form settings for non-OpenAI adapters (e.g. an image provider). */
   options: Record<string, unknown>;
 }
-
-export const NO_MODEL_CONFIGURED = 'No AI model configured';
-export const INVALID_MODEL = 'Invalid model';
 
 const price = z.coerce.number().nonnegative().default(0);
 
@@ -85,17 +82,19 @@ export class StaticModelCatalog implements ModelCatalog {
       const m = this.byId.get(id);
       if (!m || m.kind !== kind || !m.active) {
         // The valid ids are no secret (GET /models lists them): say them, no guessing game.
-        throw badRequest(INVALID_MODEL, 'INVALID_MODEL', {
-          model: id,
-          kind,
-          validModels: this.list(kind).map((v) => v.id),
+        throw appError('INVALID_MODEL', {
+          details: {
+            model: id,
+            kind,
+            validModels: this.list(kind).map((v) => v.id),
+          },
         });
       }
       return m;
     }
     const def = this.defaults.get(kind);
     const m = def ? this.byId.get(def) : undefined;
-    if (!m) throw new AppError(503, NO_MODEL_CONFIGURED);
+    if (!m) throw appError('NO_AI_MODEL_CONFIGURED');
     return m;
   }
 

@@ -4,7 +4,7 @@ import type {
   ChatCompletionCreateParams,
   ChatCompletionMessageParam,
 } from 'openai/resources/chat/completions';
-import { AppError } from '../http/errors.js';
+import { AppError, appError } from '../errors/index.js';
 import type {
   ChatRequest,
   ChatResult,
@@ -17,8 +17,6 @@ import type {
 } from './llm.js';
 import type { StaticModelCatalog } from './models.js';
 import { postEventStream, UpstreamHttpError, UpstreamStreamError } from './sse-client.js';
-
-export const AI_UNAVAILABLE = 'AI service is temporarily unavailable';
 
 /** About four characters per token (spec 8), used when the upstream reports no usage. */
 export const estimateTokens = (chars: number): number => (chars <= 0 ? 0 : Math.ceil(chars / 4));
@@ -48,29 +46,31 @@ const CONNECTION_ERRORS = new Set([
 /** The upstream's failure as the error the API answers with (spec 7, 502 rows). */
 export function upstreamError(err: unknown): AppError {
   if (err instanceof AppError) return err;
-  if (err instanceof OpenAI.APIConnectionError) return new AppError(502, AI_UNAVAILABLE, 'AI_UNAVAILABLE');
+  if (err instanceof OpenAI.APIConnectionError) return appError('AI_UNAVAILABLE');
   if (err instanceof UpstreamHttpError) {
-    return new AppError(502, `AI model error: ${err.message.slice(0, 300)}`, 'AI_MODEL_ERROR', {
-      upstreamStatus: err.status,
+    return appError('AI_MODEL_ERROR', {
+      detail: err.message.slice(0, 300),
+      details: {
+        upstreamStatus: err.status,
+      },
     });
   }
-  if (err instanceof UpstreamStreamError) return new AppError(502, AI_UNAVAILABLE, 'AI_UNAVAILABLE');
+  if (err instanceof UpstreamStreamError) return appError('AI_UNAVAILABLE');
   if (err instanceof OpenAI.APIError && err.status !== undefined) {
     const body = err.error as { message?: unknown } | undefined;
     const detail = typeof body?.message === 'string' && body.message ? body.message : err.message;
-    return new AppError(502, `AI model error: ${String(detail).slice(0, 300)}`, 'AI_MODEL_ERROR', {
-      upstreamStatus: err.status,
+    return appError('AI_MODEL_ERROR', {
+      detail: String(detail).slice(0, 300),
+      details: {
+        upstreamStatus: err.status,
+      },
     });
   }
   const e = err as { code?: string; name?: string; message?: string } | undefined;
   if ((e?.code && CONNECTION_ERRORS.has(e.code)) || e?.name === 'TimeoutError') {
-    return new AppError(502, AI_UNAVAILABLE, 'AI_UNAVAILABLE');
+    return appError('AI_UNAVAILABLE');
   }
-  return new AppError(
-    502,
-    `AI model error: ${String(e?.message ?? 'unknown error').slice(0, 300)}`,
-    'AI_MODEL_ERROR',
-  );
+  return appError('AI_MODEL_ERROR', { detail: String(e?.message ?? 'unknown error').slice(0, 300) });
 }
 
 export const isAbortError = (err: unknown): boolean =>
@@ -256,7 +256,7 @@ export class OpenAiLlmProvider implements LlmProvider {
     let c = this.connections.get(providerId);
     if (!c) {
       const p = this.catalog.provider(providerId);
-      if (!p) throw new AppError(503, 'Model configuration error');
+      if (!p) throw appError('PROVIDER_NOT_CONFIGURED');
       const client = new OpenAI({
         baseURL: p.baseUrl,
         apiKey: p.apiKey || 'unset',

@@ -5,7 +5,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { type FakeOpenAI, fakeOpenAIEnv, startFakeOpenAI } from '@ai-suite/testkit';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { AppError } from '../http/errors.js';
+import { AppError } from '../errors/index.js';
 import { createHttpFetch } from './http-fetch.js';
 import type { ChatStreamPart } from './llm.js';
 import { loadModelCatalog } from './models.js';

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import type { Logger } from 'pino';
 import type { SqlExecutor } from '../db/sql.js';
-import { badRequest } from '../http/errors.js';
+import { appError } from '../errors/index.js';
 import type { RunBus } from './bus.js';
 import { EventWriter, LiveLog } from './live-log.js';
 import { backoffMs, DEFAULT_RETRY_POLICY, givingUp, maxAttemptsFor, type RetryPolicy } from './retry.js';
@@ -279,7 +279,7 @@ export class RunEngine {
     const res = await runStore.cancel(em, run.id);
     if (!res) {
       const now = await runStore.getRun(em, run.id);
-      throw badRequest(`Run is ${now?.status ?? run.status}`);
+      throw appError('RUN_NOT_ACTIVE', { status: now?.status ?? run.status });
     }
     if (res.event) {
       await this.opts.bus.publish({ t: 'event', runId: run.id, seq: res.event.seq });

@@ -1,5 +1,5 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
-import { badRequest, notFound } from '../http/errors.js';
+import { appError } from '../errors/index.js';
 import { busNotification } from './bus.js';
 import { runStore, toRun } from './store.js';
 import type { RunKind, RunRecord, RunStatus } from './types.js';
@@ -90,10 +90,10 @@ export async function cancelJob(
   opts: { distributed: boolean },
 ): Promise<{ before: RunStatus; run: RunRecord }> {
   if (!/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(runId)) {
-    throw notFound(`Job not found: ${runId}`, 'JOB_NOT_FOUND');
+    throw appError('JOB_NOT_FOUND', { runId });
   }
   const current = await runStore.getRun(em, runId);
-  if (!current) throw notFound(`Job not found: ${runId}`, 'JOB_NOT_FOUND');
+  if (!current) throw appError('JOB_NOT_FOUND', { runId });
   let done = false;
   if (current.status === 'pending') {
     done = (await runStore.finish(em, runId, null, 'cancelled', {})) !== null;
@@ -103,7 +103,7 @@ export async function cancelJob(
     const res = await runStore.cancel(em, runId);
     if (!res) {
       const now = await runStore.getRun(em, runId);
-      throw badRequest(`Run is ${now?.status ?? current.status}`);
+      throw appError('RUN_NOT_ACTIVE', { status: now?.status ?? current.status });
     }
     if (res.owner && opts.distributed) {
       const n = busNotification({ t: 'cancel', runId });

@@ -3,7 +3,7 @@ import http from 'node:http';
 import https from 'node:https';
 import net from 'node:net';
 import ipaddr from 'ipaddr.js';
-import { badRequest } from '../../http/errors.js';
+import { appError } from '../../errors/index.js';
 
 /**
  * Outbound HTTP for tools (web_fetch, callbacks, MCP): refuses loopback, private, link-local,
@@ -209,16 +209,16 @@ export async function assertOutboundUrlAccepted(
   try {
     url = new URL(raw);
   } catch {
-    throw badRequest(`${field} must be an http(s) URL`, 'URL_NOT_ALLOWED', { field });
+    throw appError('URL_NOT_HTTP', { field, details: { field } });
   }
   try {
     await assertUrlAllowed(url, policy);
   } catch (err) {
     if (err instanceof OutboundBlockedError) {
-      throw badRequest(`${field} is not allowed: ${err.message}`, 'URL_NOT_ALLOWED', { field });
+      throw appError('URL_NOT_ALLOWED', { field, message: err.message, details: { field } });
     }
     if (opts.unresolvable === 'refuse') {
-      throw badRequest(`${field} cannot be resolved: ${url.hostname}`, 'URL_NOT_ALLOWED', { field });
+      throw appError('URL_UNRESOLVABLE', { field, hostname: url.hostname, details: { field } });
     }
   }
 }

@@ -5,7 +5,8 @@ import { bearerToken, hashApiKey, isWellFormedApiKey } from '../../auth/api-keys
 import { API_KEY, authenticate } from '../../auth/authenticate.js';
 import type { Principal } from '../../auth/principal.js';
 import type { ServerDeps } from '../../context.js';
-import { AppError, ErrorBodySchema, sendError, toAppError } from '../../http/errors.js';
+import { appError } from '../../errors/index.js';
+import { ErrorBodySchema, sendError, toAppError } from '../../http/errors.js';
 import { JSON_TYPE, jsonBodyParser, jsonReader, readJsonBody } from '../../http/json-body.js';
 import { securityFor } from '../../http/openapi-security.js';
 import type { FastHandler, RawRouteModule } from '../../http/raw-routes.js';
@@ -156,7 +157,7 @@ export const agentRoutes: RawRouteModule = {
   mount(router: Router, deps: ServerDeps) {
     const json = jsonBodyParser(BODY_LIMIT);
     const slow = handle(deps, async (req, res, svc) => {
-      if (!req.is('application/json')) throw new AppError(400, 'Invalid request body');
+      if (!req.is('application/json')) throw appError('INVALID_REQUEST_BODY');
       const parsed = SendMessageInput.safeParse(req.body ?? {});
       if (!parsed.success) throw toAppError(parsed.error);
       const run = await svc.startTurn(String(req.params.sessionId), parsed.data, {

@@ -3,7 +3,7 @@ import type { EntityManager } from '@mikro-orm/postgresql';
 import type { Logger } from 'pino';
 import type { ServerDeps } from '../../context.js';
 import type { SqlExecutor } from '../../db/sql.js';
-import { AppError } from '../../http/errors.js';
+import { AppError, appError } from '../../errors/index.js';
 import type { GenerationMeter, Metering } from '../../metering/types.js';
 import type {
   LlmMessage,
@@ -24,7 +24,7 @@ import { parseAllowlist } from './outbound.js';
 import type { AgentConfig } from './schema.js';
 import { type AgentRow, toAgent } from './service.js';
 import { type AgentTool, buildToolset, memoryNotes, type ToolContext, type ToolEnv } from './tools.js';
-import { type AdmittedHold, INSUFFICIENT, MESSAGES_ENDPOINT, turnHoldGuesses } from './turn-hold.js';
+import { type AdmittedHold, MESSAGES_ENDPOINT, turnHoldGuesses } from './turn-hold.js';
 
 /** What a turn needs beyond ServerDeps: the model provider and metering. */
 export type RuntimeDeps = ServerDeps & { llm?: LlmProvider; models?: ModelCatalog; metering?: Metering };
@@ -127,7 +127,7 @@ export class TurnExecutor implements RunExecutor {
     const { llm, models } = this.deps;
     let model: ModelInfo;
     try {
-      if (!llm || !models) throw new AppError(503, 'No AI model configured');
+      if (!llm || !models) throw appError('NO_AI_MODEL_CONFIGURED');
       model = models.resolve('chat', (run.input.model as string | null) ?? agent.modelId);
     } catch (err) {
       return this.fail(exec, err);
@@ -314,7 +314,6 @@ export class TurnExecutor implements RunExecutor {
           endpoint,
           model,
           meter: 'credits',
-          insufficientMessage: INSUFFICIENT,
         },
         // The balance row is released at commit, not after the WAL flush (decision 0029).
         { inputTokens: estimateTokens(inputChars), asyncCommit: true },
@@ -441,7 +440,7 @@ export class TurnExecutor implements RunExecutor {
     const e =
       err instanceof AppError
         ? err
-        : new AppError(502, `AI model error: ${err instanceof Error ? err.message : err}`);
+        : appError('AGENT_MODEL_ERROR', { detail: err instanceof Error ? err.message : String(err) });
     const code =
       e.code ??
       (e.status === 503 ? 'MODEL_UNAVAILABLE' : e.status === 402 ? 'INSUFFICIENT_CREDITS' : 'MODEL_ERROR');

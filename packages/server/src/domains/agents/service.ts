@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { apiKeyPrincipal, type Principal } from '../../auth/principal.js';
 import type { ServerDeps } from '../../context.js';
-import { AppError, badRequest, conflict, forbidden, notFound } from '../../http/errors.js';
+import { appError } from '../../errors/index.js';
 import { insufficientCredits, rateLimitHeaders } from '../../metering/service.js';
 import type { Metering } from '../../metering/types.js';
 import type { ModelCatalog } from '../../providers/llm.js';
@@ -24,9 +24,6 @@ export type AgentDeps = ServerDeps & {
   models?: ModelCatalog;
   metering?: Metering;
 };
-
-export const AGENT_NOT_FOUND = 'Agent not found';
-export const SESSION_NOT_FOUND = 'Session not found';
 
 export interface ToolBinding {
   toolId: string;
@@ -147,13 +144,12 @@ export class AgentsService {
       if (isMcpServerRef(s)) {
         if (!connected.has(s.toolServerId)) {
           const field = `config.capabilities.mcp_servers.${i}.toolServerId`;
-          throw badRequest(
-            `${field}: no tool server with this id is connected to the workspace`,
-            'TOOL_SERVER_NOT_FOUND',
-            {
+          throw appError('AGENT_TOOL_SERVER_UNKNOWN', {
+            field,
+            details: {
               field,
             },
-          );
+          });
         }
       } else await check(s.url, `capabilities.mcp_servers.${i}.url`);
     }
@@ -193,12 +189,12 @@ export class AgentsService {
   }
 
   async requireAgent(agentId: string): Promise<AgentRow> {
-    if (!isUuid(agentId)) throw notFound(AGENT_NOT_FOUND);
+    if (!isUuid(agentId)) throw appError('AGENT_NOT_FOUND');
     const rows = await this.em.execute<Row[]>(
       `select * from apps where id = ? and workspace_id = ? and app_type = 'agent'`,
       [agentId, this.ws],
     );
-    if (!rows[0]) throw notFound(AGENT_NOT_FOUND);
+    if (!rows[0]) throw appError('AGENT_NOT_FOUND');
     return toAgent(rows[0]);
   }
 
@@ -242,15 +238,15 @@ export class AgentsService {
   ) {
     for (const b of patch.integrationBindings ?? []) {
       const pack = catalogService.findPack(b.packId);
-      if (!pack) throw badRequest(`Unknown integration pack: ${b.packId}`, 'INVALID_BINDING');
+      if (!pack) throw appError('UNKNOWN_INTEGRATION_PACK', { packId: b.packId });
       for (const s of b.enabledSkillIds ?? []) {
         if (!pack.skills.some((k) => k.skillId === s)) {
-          throw badRequest(`Unknown skill ${s} in pack ${b.packId}`, 'INVALID_BINDING');
+          throw appError('UNKNOWN_SKILL', { s, packId: b.packId });
         }
       }
     }
     for (const t of patch.tools ?? []) {
-      if (!knownToolId(t.toolId)) throw badRequest(`Unknown tool: ${t.toolId}`, 'INVALID_TOOL_BINDING');
+      if (!knownToolId(t.toolId)) throw appError('INVALID_TOOL_BINDING', { toolId: t.toolId });
     }
     await this.assertConfigUrls(patch.config);
     return this.em.transactional(async (tx) => {
@@ -258,7 +254,7 @@ export class AgentsService {
         `select * from apps where id = ? and workspace_id = ? and app_type = 'agent' for update`,
         [isUuid(agentId) ? agentId : randomUUID(), this.ws],
       );
-      if (!rows[0]) throw notFound(AGENT_NOT_FOUND);
+      if (!rows[0]) throw appError('AGENT_NOT_FOUND');
       const current = toAgent(rows[0]);
       const sets: string[] = [];
       const params: unknown[] = [];
@@ -349,12 +345,12 @@ export class AgentsService {
   }
 
   async requireSession(sessionId: string): Promise<SessionDto> {
-    if (!isUuid(sessionId)) throw notFound(SESSION_NOT_FOUND);
+    if (!isUuid(sessionId)) throw appError('SESSION_NOT_FOUND');
     const rows = await this.em.execute<Row[]>(
       'select * from agent_sessions where id = ? and workspace_id = ?',
       [sessionId, this.ws],
     );
-    if (!rows[0]) throw notFound(SESSION_NOT_FOUND);
+    if (!rows[0]) throw appError('SESSION_NOT_FOUND');
     return toSession(rows[0]);
   }
 
@@ -439,7 +435,7 @@ export class AgentsService {
     ctx: { requestId: string },
   ): Promise<RunRecord> {
     if (input.concurrency === 'interrupt') return this.startInterruptingTurn(sessionId, input, ctx);
-    if (!isUuid(sessionId)) throw notFound(SESSION_NOT_FOUND);
+    if (!isUuid(sessionId)) throw appError('SESSION_NOT_FOUND');
     if (this.deps.metering) {
       Object.assign(this.rateHeaders, await this.deps.metering.rateLimit(this.ws, 'agent_message'));
       await this.deps.metering.assertCredits(this.ws);
@@ -466,10 +462,12 @@ export class AgentsService {
           reject: input.concurrency === 'reject',
           claimFor: this.deps.runs.claimSlot('turn'),
         });
-        if (admitted.missing) throw notFound(SESSION_NOT_FOUND);
+        if (admitted.missing) throw appError('SESSION_NOT_FOUND');
         if (!admitted.run) {
-          throw conflict('A turn is already running in this session', 'TURN_IN_PROGRESS', {
-            runId: admitted.activeRunId as string,
+          throw appError('TURN_IN_PROGRESS', {
+            details: {
+              runId: admitted.activeRunId as string,
+            },
           });
         }
         if (admitted.run.status === 'running') {
@@ -519,15 +517,17 @@ export class AgentsService {
           claimFor,
           hold: hold?.statement,
         });
-        if (!admitted) throw new AppError(401, 'Invalid API key');
+        if (!admitted) throw appError('INVALID_API_KEY');
         onPrincipal?.(apiKeyPrincipal(admitted.key));
         const headers =
           limited && rule ? rateLimitHeaders(rule, Number(admitted.hits), Number(admitted.resetIn)) : {};
         if (admitted.balanceMicros <= 0) throw insufficientCredits();
-        if (admitted.missing) throw notFound(SESSION_NOT_FOUND);
+        if (admitted.missing) throw appError('SESSION_NOT_FOUND');
         if (!admitted.run) {
-          throw conflict('A turn is already running in this session', 'TURN_IN_PROGRESS', {
-            runId: admitted.activeRunId as string,
+          throw appError('TURN_IN_PROGRESS', {
+            details: {
+              runId: admitted.activeRunId as string,
+            },
           });
         }
         if (admitted.run.status === 'running') {
@@ -608,15 +608,15 @@ export class AgentsService {
   async requireSessionRun(sessionId: string, runId: string): Promise<RunRecord> {
     const s = await this.requireSession(sessionId);
     const run = isUuid(runId) ? await runStore.getRun(this.em, runId) : null;
-    if (!run || run.sessionId !== s.id || run.workspaceId !== this.ws) throw notFound('Run not found');
+    if (!run || run.sessionId !== s.id || run.workspaceId !== this.ws) throw appError('RUN_NOT_FOUND');
     return run;
   }
 
   async submitToolResult(input: { sessionId: string; toolCallId: string; result?: unknown; error?: string }) {
     const session = await this.requireSession(input.sessionId);
     const call = await runStore.getToolCall(this.em, input.toolCallId);
-    if (!call || call.workspaceId !== this.ws) throw notFound('Unknown toolCallId');
-    if (call.sessionId !== session.id) throw forbidden('toolCallId does not belong to session');
+    if (!call || call.workspaceId !== this.ws) throw appError('UNKNOWN_TOOL_CALL');
+    if (call.sessionId !== session.id) throw appError('TOOL_CALL_OTHER_SESSION');
     const settled = await this.deps.runs.settleToolCall(
       call.id,
       input.error !== undefined ? { error: input.error } : { result: input.result },
@@ -634,9 +634,9 @@ export class AgentsService {
     const session = await this.requireSession(sessionId);
     const run = isUuid(runId) ? await runStore.getRun(this.em, runId) : null;
     if (!run || run.workspaceId !== this.ws || run.sessionId !== session.id) {
-      throw new AppError(404, 'Run not found');
+      throw appError('RUN_NOT_FOUND');
     }
-    if (run.status !== 'running') throw badRequest(`Run is ${run.status}`);
+    if (run.status !== 'running') throw appError('RUN_NOT_ACTIVE', { status: run.status });
     await this.deps.runs.cancel(this.em, run);
     return { runId: run.id, status: 'cancelled' as const };
   }

@@ -31,7 +31,6 @@ export interface AdmittedHold {
 }
 
 export const MESSAGES_ENDPOINT = '/managed-agents/sessions/{sessionId}/messages';
-export const INSUFFICIENT = 'Insufficient credits. Please purchase additional credits to continue.';
 
 /** The guesses of this process, per session. */
 export const turnHoldGuesses = new BoundedMap<string, TurnHoldGuess>(10_000);
@@ -73,7 +72,6 @@ export function prepareTurnHold(
     endpoint: MESSAGES_ENDPOINT,
     model,
     meter: 'credits' as const,
-    insufficientMessage: INSUFFICIENT,
   };
   const inputChars = guess.fixedChars + input.message.length;
   const hold = deps.metering.holdInStatement(base, { inputChars });

@@ -13,7 +13,6 @@ import {
 
 const BASE = '/workspaces/{workspaceId}/api-keys';
 const tags = ['API keys'];
-export const KEY_MANAGEMENT_FORBIDDEN = 'Insufficient permissions to create API keys';
 const about =
   'Extension: spec 2.1 keeps key creation and deletion out of the API-key API ("web interface only"); these operations are that web interface’s, so they accept only a session (an API key gets 401 `Authentication required`) of an owner or admin of the workspace (a member gets 403 `Insufficient permissions to create API keys`).';
 const errors = {
@@ -28,7 +27,7 @@ const errors = {
 const keyManagerProcedure = sessionProcedure.use(async ({ ctx, getRawInput, next }) => {
   const raw = (await getRawInput()) as { workspaceId?: unknown } | undefined;
   assertSessionWorkspace(ctx.principal, raw?.workspaceId);
-  requireManager(ctx.principal, KEY_MANAGEMENT_FORBIDDEN);
+  requireManager(ctx.principal, 'KEY_MANAGEMENT_FORBIDDEN');
   return next({ ctx: { ...ctx, workspaces: new WorkspacesService(ctx.em) } });
 });
 

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { SqlExecutor } from '../../db/sql.js';
-import type { AppError } from '../../http/errors.js';
+import type { AppError } from '../../errors/index.js';
 import {
   createTestWorkspace,
   creditBalance,

@@ -4,7 +4,7 @@ import { ACTIVE_API_KEY_WHERE, API_KEY_FROM, hashApiKey, TOUCH_API_KEY_CTE } fro
 import { apiKeyPrincipal, type Principal } from '../../auth/principal.js';
 import { BoundedMap } from '../../bounded-map.js';
 import type { SqlExecutor } from '../../db/sql.js';
-import { AppError, INVALID_REQUEST_BODY } from '../../http/errors.js';
+import { AppError, appError } from '../../errors/index.js';
 import {
   insufficientCredits,
   rateLimitCte,
@@ -48,7 +48,6 @@ export const DEFAULT_SYSTEM_PROMPT = 'You are a helpful assistant.';
 export const DEFAULT_MAX_CONTEXT_MESSAGES = 20;
 const CONTEXT_JSON_LIMIT = 4000;
 const HISTORY_ITEM_LIMIT = 8000;
-export const INSUFFICIENT_CREDITS = 'Insufficient credits';
 
 /** A turn admitted and its credits held, its prompt built; the model is not called yet. */
 export interface PreparedTurn {
@@ -355,7 +354,7 @@ export class AppChatService {
         : []),
     ]);
     const row = rows[0];
-    if (!row) throw new AppError(401, 'Invalid API key');
+    if (!row) throw appError('INVALID_API_KEY');
     const principal =
       given ??
       apiKeyPrincipal({
@@ -375,7 +374,7 @@ export class AppChatService {
       endpoint,
       model,
       meter: 'credits' as const,
-      insufficientMessage: INSUFFICIENT_CREDITS,
+      insufficientVariant: 'appsChat' as const,
     });
     // The hold the statement took (it did only when every check below passes).
     const tried = hold !== undefined && truthy(row.hold_tried);
@@ -383,7 +382,7 @@ export class AppChatService {
     let meter: GenerationMeter | undefined;
     try {
       onPrincipal?.(principal);
-      if (invalid || !input) throw invalid ?? new AppError(400, INVALID_REQUEST_BODY);
+      if (invalid || !input) throw invalid ?? appError('INVALID_REQUEST_BODY');
       const app = row.app;
       if (!app) throw appNotFound();
       // What the app's next turn sizes its hold from (whatever this turn's outcome).
@@ -397,7 +396,7 @@ export class AppChatService {
       if (held !== undefined && hold) {
         meter = hold.adopt(meterInput(model, app), held, inputTokens);
       } else if (tried) {
-        throw insufficientCredits(INSUFFICIENT_CREDITS);
+        throw insufficientCredits('appsChat');
       } else {
         // 402 `Insufficient credits` up front, holding the prompt's cost and the expected
         // reply (capped by maxTokens); topped up while a longer reply streams.
@@ -471,10 +470,7 @@ export class AppChatService {
       }
     } catch (err) {
       const aborted = signal?.aborted === true;
-      const appErr =
-        err instanceof AppError
-          ? err
-          : new AppError(502, 'AI service is temporarily unavailable', 'MODEL_ERROR');
+      const appErr = err instanceof AppError ? err : appError('MODEL_ERROR');
       const code = appErr.code === 'INSUFFICIENT_CREDITS' ? 'INSUFFICIENT_CREDITS' : 'MODEL_ERROR';
       await this.fail(turn, aborted ? 'aborted' : 'error', code, Date.now() - started).catch((e) =>
         this.deps.log.error({ err: e }, 'app chat: could not store the failed turn'),
@@ -502,7 +498,7 @@ export class AppChatService {
     let content = '';
     for await (const ev of this.run(turn)) {
       if (ev.type === 'token') content += ev.content;
-      else if (ev.type === 'error') throw ev.cause ?? new AppError(502, ev.message, ev.code);
+      else if (ev.type === 'error') throw ev.cause ?? appError('MODEL_ERROR');
       else if (ev.type === 'done') {
         return {
           threadId: ev.threadId,
@@ -514,7 +510,7 @@ export class AppChatService {
         };
       }
     }
-    throw new AppError(502, 'AI service is temporarily unavailable', 'MODEL_ERROR');
+    throw appError('MODEL_ERROR');
   }
 
   /**

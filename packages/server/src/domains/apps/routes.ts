@@ -4,14 +4,8 @@ import { API_KEY_OR_WIDGET, authenticate } from '../../auth/authenticate.js';
 import { isSessionToken } from '../../auth/sessions.js';
 import { WIDGET_TOKEN_PREFIX } from '../../auth/widget-tokens.js';
 import type { ServerDeps } from '../../context.js';
-import {
-  AppError,
-  ErrorBodySchema,
-  INVALID_REQUEST_BODY,
-  sendError,
-  toAppError,
-  validationError,
-} from '../../http/errors.js';
+import { type AppError, appError, validationError } from '../../errors/index.js';
+import { ErrorBodySchema, sendError, toAppError } from '../../http/errors.js';
 import { jsonBodyParser } from '../../http/json-body.js';
 import { securityFor } from '../../http/openapi-security.js';
 import type { RawRouteModule } from '../../http/raw-routes.js';
@@ -42,7 +36,7 @@ async function chatStream(deps: ServerDeps, coalesceMs: number, req: Request, re
       !token.startsWith(WIDGET_TOKEN_PREFIX) &&
       !isSessionToken(token)
     ) {
-      if (!isWellFormedApiKey(token)) throw new AppError(401, 'Invalid API key');
+      if (!isWellFormedApiKey(token)) throw appError('INVALID_API_KEY');
       caller = { apiKey: token };
     } else {
       caller = { principal: await authenticate(req, deps, deps.em(), API_KEY_OR_WIDGET) };
@@ -55,7 +49,7 @@ async function chatStream(deps: ServerDeps, coalesceMs: number, req: Request, re
       req.body === null ||
       Array.isArray(req.body)
     ) {
-      invalid = new AppError(400, INVALID_REQUEST_BODY);
+      invalid = appError('INVALID_REQUEST_BODY');
     } else {
       const parsed = ChatMessageInput.safeParse({ ...req.body, appId: req.params.appId });
       if (parsed.success) input = parsed.data;

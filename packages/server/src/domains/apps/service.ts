@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import type { Principal } from '../../auth/principal.js';
-import { AppError, notFound } from '../../http/errors.js';
+import { appError } from '../../errors/index.js';
 import type {
   AppDto,
   Controls,
@@ -20,7 +20,7 @@ export const APPS_PAGE = { default: 50, max: 200 };
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 export const isUuid = (s: string | undefined): s is string => !!s && UUID.test(s);
 
-export const appNotFound = () => new AppError(401, 'Unauthorized or app not found');
+export const appNotFound = () => appError('APP_UNAUTHORIZED');
 
 /**
  * An app of the workspace named by id in a request body (widget tokens, artifacts): 404
@@ -37,9 +37,9 @@ export async function assertWorkspaceApp(
         [appId, workspaceId],
       )
     : [];
-  if (!rows[0]) throw notFound('App not found in this workspace', 'APP_NOT_FOUND');
+  if (!rows[0]) throw appError('APP_NOT_FOUND');
 }
-export const threadNotFound = () => notFound('Thread not found');
+export const threadNotFound = () => appError('THREAD_NOT_FOUND');
 
 export const clampPage = (
   limit: number | undefined,

@@ -1,7 +1,8 @@
 import type { Request, Response, Router } from 'express';
 import { API_KEY, authenticate } from '../../auth/authenticate.js';
 import type { ServerDeps } from '../../context.js';
-import { ErrorBodySchema, sendError, toAppError, validationError } from '../../http/errors.js';
+import { validationError } from '../../errors/index.js';
+import { ErrorBodySchema, sendError, toAppError } from '../../http/errors.js';
 import { jsonReader, readJsonBody } from '../../http/json-body.js';
 import { securityFor } from '../../http/openapi-security.js';
 import type { RawRouteModule } from '../../http/raw-routes.js';

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import type { Principal } from '../../auth/principal.js';
 import type { ServerDeps } from '../../context.js';
-import { AppError } from '../../http/errors.js';
+import { AppError, appError } from '../../errors/index.js';
 import type { LlmMessage, ModelInfo } from '../../providers/llm.js';
 import { estimateTokens, messageChars } from '../../providers/openai-provider.js';
 import { assertWorkspaceApp } from '../apps/service.js';
@@ -18,11 +18,10 @@ import {
 
 export const ARTIFACTS_ENDPOINT = '/artifacts/generate';
 export const DEFAULT_TEMPLATE = 'insight-narrative-v1';
-export const REPORT_FAILED = 'Failed to generate report: the model did not return a valid report';
 
 /** A 400 with the code the spec gives artifacts' validation failures. */
 export const invalidInput = (message: string, details?: Record<string, unknown>) =>
-  new AppError(400, message, 'INVALID_INPUT', details);
+  appError('INVALID_INPUT', { message, details });
 
 /**
  * The report templates: how the model is asked to read the payload. Both produce the same
@@ -208,7 +207,7 @@ export class ArtifactsService {
       }
       if (!read.ok) {
         this.deps.log.warn({ requestId: this.requestId, why: read.why }, 'artifact report did not validate');
-        throw new AppError(500, REPORT_FAILED);
+        throw appError('REPORT_FAILED');
       }
       llm = read.llm;
       status = 'success';

@@ -1,4 +1,4 @@
-import { notFound } from '../../http/errors.js';
+import { appError } from '../../errors/index.js';
 import packsFile from './data/integration-packs.json' with { type: 'json' };
 import toolsFile from './data/platform-tools.json' with { type: 'json' };
 import {
@@ -32,7 +32,7 @@ export class CatalogService {
   /** An active pack with its tools and skills; inactive packs are not found. */
   getPack(packId: string) {
     const found = this.packs.find((p) => p.id === packId && p.active);
-    if (!found) throw notFound('Pack not found');
+    if (!found) throw appError('PACK_NOT_FOUND');
     const { active: _a, tools, skills, ...pack } = found;
     return { pack, tools, skills };
   }

@@ -5,7 +5,8 @@ import { bearerToken, isWellFormedApiKey } from '../../auth/api-keys.js';
 import { API_KEY, authenticate } from '../../auth/authenticate.js';
 import type { Principal } from '../../auth/principal.js';
 import type { ServerDeps } from '../../context.js';
-import { AppError, sendError, toAppError } from '../../http/errors.js';
+import { appError } from '../../errors/index.js';
+import { sendError, toAppError } from '../../http/errors.js';
 import { jsonReader, readJsonBody } from '../../http/json-body.js';
 import { securityFor } from '../../http/openapi-security.js';
 import type { RawRouteModule } from '../../http/raw-routes.js';
@@ -61,7 +62,7 @@ function chatHandler(deps: ServerDeps) {
       } else {
         // A malformed key is refused before the body is read; everything else in one statement.
         const apiKey = bearerToken(req.headers.authorization);
-        if (!apiKey || !isWellFormedApiKey(apiKey)) throw new AppError(401, 'Invalid API key');
+        if (!apiKey || !isWellFormedApiKey(apiKey)) throw appError('INVALID_API_KEY');
         const { body, error } = await readJsonBody(jsonBody, req, res);
         ({ principal, prepared } = await service.prepare(apiKey, body, error, (p) => {
           req.principal = p;

@@ -1,8 +1,5 @@
 import { z } from 'zod';
-import { badRequest, INVALID_REQUEST_BODY } from '../../http/errors.js';
-
-export const MESSAGES_REQUIRED = 'Messages array is required';
-export const LAST_MESSAGE_INVALID = 'Last message must have valid content';
+import { appError } from '../../errors/index.js';
 
 export const ChatRoleSchema = z.enum(['user', 'assistant', 'system']);
 
@@ -36,9 +33,9 @@ const ROLES = new Set(['user', 'assistant', 'system']);
  * Hand-written so the messages are exact and the hot path stays cheap.
  */
 export function parseChatRequest(body: unknown): ChatRequestInput {
-  if (!body || typeof body !== 'object' || Array.isArray(body)) throw badRequest(INVALID_REQUEST_BODY);
+  if (!body || typeof body !== 'object' || Array.isArray(body)) throw appError('INVALID_REQUEST_BODY');
   const b = body as { messages?: unknown; model?: unknown };
-  if (!Array.isArray(b.messages) || b.messages.length === 0) throw badRequest(MESSAGES_REQUIRED);
+  if (!Array.isArray(b.messages) || b.messages.length === 0) throw appError('MESSAGES_REQUIRED');
   const messages = b.messages as unknown[];
   const last = messages[messages.length - 1] as { content?: unknown } | null;
   if (
@@ -47,18 +44,18 @@ export function parseChatRequest(body: unknown): ChatRequestInput {
     typeof last.content !== 'string' ||
     last.content.trim().length === 0
   ) {
-    throw badRequest(LAST_MESSAGE_INVALID);
+    throw appError('LAST_MESSAGE_INVALID');
   }
   const out: ChatRequestInput['messages'] = [];
   for (const m of messages) {
     const msg = m as { role?: unknown; content?: unknown } | null;
-    if (!msg || typeof msg !== 'object' || Array.isArray(msg)) throw badRequest(INVALID_REQUEST_BODY);
-    if (typeof msg.role !== 'string' || !ROLES.has(msg.role)) throw badRequest(INVALID_REQUEST_BODY);
-    if (typeof msg.content !== 'string' || msg.content.length === 0) throw badRequest(INVALID_REQUEST_BODY);
+    if (!msg || typeof msg !== 'object' || Array.isArray(msg)) throw appError('INVALID_REQUEST_BODY');
+    if (typeof msg.role !== 'string' || !ROLES.has(msg.role)) throw appError('INVALID_REQUEST_BODY');
+    if (typeof msg.content !== 'string' || msg.content.length === 0) throw appError('INVALID_REQUEST_BODY');
     out.push({ role: msg.role as ChatRequestInput['messages'][number]['role'], content: msg.content });
   }
   if (b.model !== undefined && b.model !== null && typeof b.model !== 'string') {
-    throw badRequest(INVALID_REQUEST_BODY);
+    throw appError('INVALID_REQUEST_BODY');
   }
   return { messages: out, model: typeof b.model === 'string' && b.model !== '' ? b.model : undefined };
 }

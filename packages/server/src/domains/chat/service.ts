@@ -1,8 +1,9 @@
 import { hashApiKey } from '../../auth/api-keys.js';
 import type { Principal } from '../../auth/principal.js';
 import type { ServerDeps } from '../../context.js';
-import { AppError, INVALID_REQUEST_BODY, toAppError } from '../../http/errors.js';
-import { estimatorKey, TOKEN_LIMIT_EXCEEDED } from '../../metering/service.js';
+import { type AppError, appError } from '../../errors/index.js';
+import { toAppError } from '../../http/errors.js';
+import { estimatorKey } from '../../metering/service.js';
 import type { LlmMessage, ModelInfo } from '../../providers/llm.js';
 import { estimateTokens, messageChars } from '../../providers/openai-provider.js';
 import { type ChatRequestInput, parseChatRequest } from './schema.js';
@@ -60,9 +61,9 @@ export class ChatService {
       !invalid,
       reserve,
     );
-    if (!admission) throw new AppError(401, 'Invalid API key');
+    if (!admission) throw appError('INVALID_API_KEY');
     onPrincipal?.(admission.principal);
-    if (invalid || !input || !model) throw invalid ?? new AppError(400, INVALID_REQUEST_BODY);
+    if (invalid || !input || !model) throw invalid ?? appError('INVALID_REQUEST_BODY');
     const headers = admission.limit();
     admission.quota();
     return {
@@ -102,7 +103,7 @@ export class ChatService {
       principal.workspaceId,
       this.reserveFor(input.messages, model),
     );
-    if (quota.quota !== null && !quota.reservationId) throw new AppError(403, TOKEN_LIMIT_EXCEEDED);
+    if (quota.quota !== null && !quota.reservationId) throw appError('TOKEN_LIMIT_EXCEEDED');
     return {
       principal,
       prepared: {

@@ -14,8 +14,9 @@ import {
   sealPendingSignIn,
 } from '../../auth/oidc.js';
 import type { ServerDeps } from '../../context.js';
+import { appError } from '../../errors/index.js';
 import { acceptsHtml } from '../../http/console.js';
-import { badRequest, sendError, toAppError } from '../../http/errors.js';
+import { sendError, toAppError } from '../../http/errors.js';
 import type { RawRouteModule } from '../../http/raw-routes.js';
 import { OidcSignInService } from './oidc-service.js';
 import { IdentityService } from './service.js';
@@ -49,7 +50,7 @@ async function start(deps: ServerDeps, req: Request, res: Response) {
   const returnTo = safeReturnTo(req.query.returnTo);
   const hint = req.query.loginHint;
   if (hint !== undefined && (typeof hint !== 'string' || hint.length > 320)) {
-    throw badRequest('loginHint must be a string of at most 320 characters');
+    throw appError('INVALID_LOGIN_HINT');
   }
   const { url, pending } = await oidcClient(settings).start({
     returnTo,

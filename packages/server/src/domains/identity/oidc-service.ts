@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import type { OidcIdentity } from '../../auth/oidc.js';
 import type { IdentitySettings } from '../../auth/settings.js';
-import { AppError, conflict, forbidden } from '../../http/errors.js';
+import { appError } from '../../errors/index.js';
 import { createOwnWorkspace } from '../members/service.js';
 import type { Role } from '../workspaces/entities.js';
 import { normalizeEmail } from './service.js';
@@ -42,20 +42,18 @@ export class OidcSignInService {
   async resolve(identity: OidcIdentity): Promise<OidcSignInResult> {
     const email = identity.email ? normalizeEmail(identity.email) : undefined;
     if (!email || !EMAIL_PATTERN.test(email) || email.length > 320) {
-      throw new AppError(
-        401,
-        'The identity provider did not give an email address: allow the email scope',
-        'OIDC_EMAIL_MISSING',
-      );
+      throw appError('OIDC_EMAIL_MISSING');
     }
     if (!identity.emailVerified) {
-      throw forbidden('The identity provider has not verified this email address', 'OIDC_EMAIL_UNVERIFIED');
+      throw appError('OIDC_EMAIL_UNVERIFIED');
     }
     const domain = email.slice(email.lastIndexOf('@') + 1);
     const allowed = this.settings.oidc?.allowedDomains ?? [];
     if (allowed.length > 0 && !allowed.includes(domain)) {
-      throw new AppError(403, 'This email domain is not allowed to sign in here', 'OIDC_DOMAIN_NOT_ALLOWED', {
-        domain,
+      throw appError('OIDC_DOMAIN_NOT_ALLOWED', {
+        details: {
+          domain,
+        },
       });
     }
     return this.em.transactional(async (em) => {
@@ -85,10 +83,7 @@ export class OidcSignInService {
         [email],
       );
       if (invitations.length === 0 && !this.settings.signupEnabled) {
-        throw forbidden(
-          'No account uses this email and sign-up is disabled: ask for an invitation',
-          'SIGNUP_DISABLED',
-        );
+        throw appError('SIGNUP_DISABLED_UNINVITED');
       }
       const userId = randomUUID();
       const inserted = await em.execute(
@@ -96,7 +91,7 @@ export class OidcSignInService {
          on conflict ((lower(email))) do nothing returning id`,
         [userId, email, identity.name ?? null],
       );
-      if (inserted.length === 0) throw conflict('An account with this email was just created: sign in again');
+      if (inserted.length === 0) throw appError('ACCOUNT_JUST_CREATED_SIGN_IN_AGAIN');
       await this.link(em, userId, identity, email);
       if (invitations.length > 0) {
         for (const inv of invitations) {
@@ -124,10 +119,7 @@ export class OidcSignInService {
       [randomUUID(), userId, identity.issuer, identity.subject, email],
     );
     if (inserted.length === 0) {
-      throw conflict(
-        'This account is already linked to another account at the identity provider',
-        'OIDC_IDENTITY_CONFLICT',
-      );
+      throw appError('OIDC_IDENTITY_CONFLICT');
     }
   }
 }

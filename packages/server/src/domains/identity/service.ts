@@ -11,7 +11,7 @@ import {
 } from '../../auth/sessions.js';
 import type { IdentitySettings } from '../../auth/settings.js';
 import type { SignInThrottle } from '../../auth/throttle.js';
-import { AppError, badRequest, forbidden, notFound } from '../../http/errors.js';
+import { appError } from '../../errors/index.js';
 import { isUuid } from '../agents/config.js';
 import type { Role } from '../workspaces/entities.js';
 import type { AuthSessionDto, SessionListItemDto, SignedInDto } from './schema.js';
@@ -24,10 +24,8 @@ export interface ClientInfo {
   previousToken?: string;
 }
 
-export const INVALID_CREDENTIALS = () =>
-  new AppError(401, 'Invalid email or password', 'INVALID_CREDENTIALS');
-export const ACCESS_DENIED_TO_WORKSPACE = () =>
-  forbidden('Access denied to workspace', 'WORKSPACE_ACCESS_DENIED');
+export const INVALID_CREDENTIALS = () => appError('INVALID_CREDENTIALS');
+export const ACCESS_DENIED_TO_WORKSPACE = () => appError('WORKSPACE_ACCESS_DENIED');
 
 export const normalizeEmail = (email: string) => email.trim().toLowerCase();
 
@@ -199,14 +197,11 @@ export class IdentityService {
     );
     const stored = rows[0]?.password_hash;
     if (!stored) {
-      throw badRequest(
-        'This account signs in through the identity provider and has no password to change',
-        'NO_PASSWORD',
-      );
+      throw appError('NO_PASSWORD');
     }
     if (!(await verifyPassword(stored, input.currentPassword))) {
       await this.throttle?.failed(email, client.ip);
-      throw badRequest('currentPassword is incorrect', 'INVALID_CURRENT_PASSWORD');
+      throw appError('INVALID_CURRENT_PASSWORD');
     }
     await this.throttle?.succeeded(email);
     assertAcceptablePassword(input.newPassword);
@@ -224,7 +219,7 @@ export class IdentityService {
   /** Revokes one of the user's own sessions; 404 `Session not found` for any other id. */
   async revokeOwnSession(session: SessionRecord, sessionId: string): Promise<{ current: boolean }> {
     if (!isUuid(sessionId) || !(await revokeSession(this.em, session.userId, sessionId))) {
-      throw notFound('Session not found');
+      throw appError('SESSION_NOT_FOUND');
     }
     return { current: sessionId === session.sessionId };
   }

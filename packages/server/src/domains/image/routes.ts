@@ -1,7 +1,8 @@
 import type { Request, Response, Router } from 'express';
 import { API_KEY, authenticate } from '../../auth/authenticate.js';
 import type { ServerDeps } from '../../context.js';
-import { AppError, ErrorBodySchema, sendError, toAppError, validationError } from '../../http/errors.js';
+import { appError, validationError } from '../../errors/index.js';
+import { ErrorBodySchema, sendError, toAppError } from '../../http/errors.js';
 import { jsonReader, readJsonBody } from '../../http/json-body.js';
 import { securityFor } from '../../http/openapi-security.js';
 import type { RawRouteModule } from '../../http/raw-routes.js';
@@ -59,8 +60,11 @@ export const imageRoutes: RawRouteModule = {
         const { body, error } = await readJsonBody(readBody, req, res);
         if (error) {
           if (error.status === 413) {
-            throw new AppError(413, `The image exceeds ${settings.maxBytes} bytes`, 'IMAGE_TOO_LARGE', {
+            throw appError('IMAGE_TOO_LARGE', {
               maxBytes: settings.maxBytes,
+              details: {
+                maxBytes: settings.maxBytes,
+              },
             });
           }
           throw error;

@@ -1,7 +1,7 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
 import type { Principal } from '../../auth/principal.js';
 import type { ServerDeps } from '../../context.js';
-import { AppError, badRequest, notFound } from '../../http/errors.js';
+import { appError } from '../../errors/index.js';
 import {
   ImageAbortedError,
   type ImageProvider,
@@ -11,7 +11,6 @@ import {
   ReplicateImageProvider,
 } from '../../providers/image.js';
 import type { ModelInfo } from '../../providers/llm.js';
-import { INVALID_MODEL, NO_MODEL_CONFIGURED } from '../../providers/models.js';
 import { estimateTokens } from '../../providers/openai-provider.js';
 import { isUuid, StorageService } from '../storage/service.js';
 import { enhanceUltrasound, toPng } from './enhance.js';
@@ -20,10 +19,6 @@ import type { ImageSettings } from './settings.js';
 import { checkImage, decodeBase64Image, fetchImageUrl, type ImageMime } from './source.js';
 
 export const IMAGE_ENDPOINT = '/image';
-export const PROMPT_REQUIRED = 'Prompt is required';
-export const MISSING_IMAGE_INPUT = 'An edit needs one of image, image_url or raw_image_id';
-export const ONE_SOURCE_ONLY = 'Give only one of image, image_url or raw_image_id';
-export const ALT_PROVIDER_NEEDS_PROFILE = 'The openai provider is allowed only with profile "ultrasound"';
 
 /** What the `ultrasound` profile supplies when the caller does not. */
 export const ULTRASOUND_PROFILE = {
@@ -45,7 +40,7 @@ export class ImageProviders {
   typeOf(model: ModelInfo): ProviderType {
     const t = this.deps.models.provider(model.provider)?.type;
     if (t === 'replicate' || t === 'openai') return t;
-    throw new AppError(503, 'Model configuration error', 'MODEL_CONFIGURATION_ERROR');
+    throw appError('MODEL_CONFIGURATION_ERROR');
   }
 
   get(model: ModelInfo): ImageProvider {
@@ -90,7 +85,7 @@ export class ImageService {
       const profileModel = req.profile === 'ultrasound' ? this.settings.ultrasoundModel : undefined;
       if (profileModel) {
         const m = models.list('image').find((x) => x.id === profileModel);
-        if (!m) throw new AppError(503, 'Model configuration error', 'MODEL_CONFIGURATION_ERROR');
+        if (!m) throw appError('MODEL_CONFIGURATION_ERROR');
         if (!wanted || this.providers.typeOf(m) === wanted) model = m;
       }
       if (!model) {
@@ -98,24 +93,28 @@ export class ImageService {
         const candidates = models.list('image').filter((m) => this.providers.typeOf(m) === type);
         const def = models.defaultId('image');
         model = candidates.find((m) => m.id === def) ?? candidates[0];
-        if (!model) throw new AppError(503, NO_MODEL_CONFIGURED);
+        if (!model) throw appError('NO_AI_MODEL_CONFIGURED');
       }
     }
     const provider = this.providers.typeOf(model);
     if (wanted && provider !== wanted) {
-      throw badRequest(INVALID_MODEL, 'INVALID_MODEL', {
-        model: model.id,
-        provider: wanted,
-        validModels: models
-          .list('image')
-          .filter((m) => this.providers.typeOf(m) === wanted)
-          .map((m) => m.id),
+      throw appError('INVALID_MODEL', {
+        details: {
+          model: model.id,
+          provider: wanted,
+          validModels: models
+            .list('image')
+            .filter((m) => this.providers.typeOf(m) === wanted)
+            .map((m) => m.id),
+        },
       });
     }
     if (provider === 'openai' && req.profile !== 'ultrasound') {
-      throw badRequest(ALT_PROVIDER_NEEDS_PROFILE, 'PROVIDER_NOT_ALLOWED', {
-        provider,
-        profile: req.profile ?? null,
+      throw appError('PROVIDER_NOT_ALLOWED', {
+        details: {
+          provider,
+          profile: req.profile ?? null,
+        },
       });
     }
     return { model, provider };
@@ -125,18 +124,18 @@ export class ImageService {
     const ws = this.principal.workspaceId;
     const profile = req.profile;
     const prompt = req.prompt?.trim() || (profile === 'ultrasound' ? ULTRASOUND_PROFILE.prompt : '');
-    if (!prompt) throw badRequest(PROMPT_REQUIRED);
+    if (!prompt) throw appError('PROMPT_REQUIRED');
 
     const given = (['image', 'image_url', 'raw_image_id'] as const).filter((k) => req[k] !== undefined);
-    if (given.length > 1) throw badRequest(ONE_SOURCE_ONLY, 'MULTIPLE_IMAGE_INPUTS', { given });
+    if (given.length > 1) throw appError('MULTIPLE_IMAGE_INPUTS', { details: { given } });
     const operation =
       req.operation ??
       (given.length > 0 || profile === 'ultrasound' ? ULTRASOUND_PROFILE.operation : 'generate');
     if (operation === 'edit' && given.length === 0) {
-      throw badRequest(MISSING_IMAGE_INPUT, 'MISSING_IMAGE_INPUT');
+      throw appError('MISSING_IMAGE_INPUT');
     }
     if (operation === 'generate' && given.length > 0) {
-      throw badRequest(`operation generate takes no ${given[0]}; use operation edit`, 'INVALID_OPERATION');
+      throw appError('INVALID_OPERATION', { given: String(given[0]) });
     }
     const { model, provider } = this.resolveModel(req);
     const store =
@@ -164,11 +163,11 @@ export class ImageService {
         signal,
       );
     } else if (req.raw_image_id !== undefined) {
-      if (!isUuid(req.raw_image_id)) throw notFound('File not found');
+      if (!isUuid(req.raw_image_id)) throw appError('FILE_NOT_FOUND');
       const file = await storage.getFile(ws, req.raw_image_id);
-      if (file.type !== 'image') throw notFound('File not found');
+      if (file.type !== 'image') throw appError('FILE_NOT_FOUND');
       if ((file.sizeBytes ?? 0) > limits.maxBytes) {
-        throw new AppError(413, `The image exceeds ${limits.maxBytes} bytes`, 'IMAGE_TOO_LARGE');
+        throw appError('IMAGE_TOO_LARGE', { maxBytes: limits.maxBytes });
       }
       source = await checkImage(await storage.readContent(ws, file.id), limits);
       rawFile = file;
@@ -269,9 +268,10 @@ export class ImageService {
         : { ...base, image: processed.toString('base64'), costMicros };
     } catch (err) {
       await meter.finish(status).catch(() => undefined);
-      if (err instanceof ImageQuotaError) throw new AppError(429, err.message, 'PROVIDER_QUOTA_EXCEEDED');
+      if (err instanceof ImageQuotaError)
+        throw appError('PROVIDER_QUOTA_EXCEEDED', { providerMessage: err.message });
       if (err instanceof ImageProviderError) {
-        throw new AppError(500, `Failed to generate image: ${err.message}`, 'IMAGE_GENERATION_FAILED');
+        throw appError('IMAGE_GENERATION_FAILED', { message: err.message });
       }
       throw err;
     }

@@ -1,5 +1,5 @@
 import type SharpType from 'sharp';
-import { AppError, badRequest } from '../../http/errors.js';
+import { appError } from '../../errors/index.js';
 import { OutboundBlockedError, type OutboundPolicy, outboundRequest } from '../agents/outbound.js';
 
 /** sharp (and libvips) loaded on first use, not at the server's start. */
@@ -28,12 +28,14 @@ export interface SourceLimits {
   maxPixels: number;
 }
 
-export const tooLarge = (message: string, details: Record<string, unknown>) =>
-  new AppError(413, message, 'IMAGE_TOO_LARGE', details);
+export const tooLarge = (maxBytes: number) =>
+  appError('IMAGE_TOO_LARGE', { maxBytes, details: { maxBytes } });
 
 const unsupported = (detected?: string) =>
-  badRequest('The source is not a PNG, JPEG, WebP or GIF image', 'UNSUPPORTED_IMAGE_TYPE', {
-    ...(detected ? { declaredContentType: detected } : {}),
+  appError('UNSUPPORTED_IMAGE_TYPE', {
+    details: {
+      ...(detected ? { declaredContentType: detected } : {}),
+    },
   });
 
 /**
@@ -47,7 +49,7 @@ export async function checkImage(
   declared?: string,
 ): Promise<{ bytes: Buffer; mimeType: ImageMime; width: number; height: number }> {
   if (bytes.length > limits.maxBytes) {
-    throw tooLarge(`The image exceeds ${limits.maxBytes} bytes`, { maxBytes: limits.maxBytes });
+    throw tooLarge(limits.maxBytes);
   }
   const mimeType = sniffImage(bytes);
   if (!mimeType) throw unsupported(declared);
@@ -56,21 +58,22 @@ export async function checkImage(
   try {
     meta = await sharp(bytes, { limitInputPixels: false }).metadata();
   } catch {
-    throw badRequest('The image could not be read', 'INVALID_IMAGE');
+    throw appError('IMAGE_UNREADABLE');
   }
   const width = meta.width ?? 0;
   const height = meta.height ?? 0;
-  if (!width || !height) throw badRequest('The image could not be read', 'INVALID_IMAGE');
+  if (!width || !height) throw appError('IMAGE_UNREADABLE');
   if (width * height > limits.maxPixels) {
-    throw badRequest(
-      `The image has ${width}×${height} pixels, over the limit of ${limits.maxPixels}`,
-      'IMAGE_TOO_LARGE',
-      {
+    throw appError('IMAGE_TOO_MANY_PIXELS', {
+      width,
+      height,
+      maxPixels: limits.maxPixels,
+      details: {
         width,
         height,
         maxPixels: limits.maxPixels,
       },
-    );
+    });
   }
   return { bytes, mimeType, width, height };
 }
@@ -80,16 +83,16 @@ export function decodeBase64Image(value: string, maxBytes: number): Buffer {
   let data = value.trim();
   const m = /^data:([^;,]*)(;base64)?,/i.exec(data);
   if (m) {
-    if (!m[2]) throw badRequest('image must be base64 (a data: URI needs ;base64)', 'INVALID_IMAGE');
+    if (!m[2]) throw appError('IMAGE_DATA_URI_NOT_BASE64');
     data = data.slice(m[0].length);
   }
   data = data.replace(/\s+/g, '');
   // Refused from its length, before decoding: 4 characters carry 3 bytes.
   if (Math.floor((data.length * 3) / 4) - 2 > maxBytes) {
-    throw tooLarge(`The image exceeds ${maxBytes} bytes`, { maxBytes });
+    throw tooLarge(maxBytes);
   }
   if (data.length === 0 || !/^[A-Za-z0-9+/_-]+={0,2}$/.test(data)) {
-    throw badRequest('image is not valid base64', 'INVALID_IMAGE');
+    throw appError('IMAGE_NOT_BASE64');
   }
   return Buffer.from(data, 'base64');
 }
@@ -109,10 +112,10 @@ export async function fetchImageUrl(raw: string, limits: UrlFetchLimits, signal?
   try {
     url = new URL(raw);
   } catch {
-    throw badRequest('image_url must be an http(s) URL', 'URL_NOT_ALLOWED');
+    throw appError('IMAGE_URL_NOT_HTTP');
   }
   if (url.protocol !== 'http:' && url.protocol !== 'https:') {
-    throw badRequest('image_url must be an http(s) URL', 'URL_NOT_ALLOWED');
+    throw appError('IMAGE_URL_NOT_HTTP');
   }
   let res: Awaited<ReturnType<typeof outboundRequest>>;
   try {
@@ -126,24 +129,26 @@ export async function fetchImageUrl(raw: string, limits: UrlFetchLimits, signal?
     });
   } catch (err) {
     if (err instanceof OutboundBlockedError || (err as Error).name === 'OutboundBlockedError') {
-      throw badRequest(`image_url is not allowed: ${(err as Error).message}`, 'URL_NOT_ALLOWED');
+      throw appError('IMAGE_URL_NOT_ALLOWED', { message: (err as Error).message });
     }
     const msg = (err as Error).message;
     if (msg === 'Too many redirects') {
-      throw badRequest(`image_url redirects more than ${limits.maxRedirects} times`, 'IMAGE_FETCH_FAILED');
+      throw appError('IMAGE_FETCH_TOO_MANY_REDIRECTS', { maxRedirects: limits.maxRedirects });
     }
-    throw badRequest(`image_url could not be fetched: ${msg}`, 'IMAGE_FETCH_FAILED');
+    throw appError('IMAGE_FETCH_FAILED', { msg });
   }
   if (res.status >= 300 && res.status < 400) {
-    throw badRequest('image_url redirects without a location', 'IMAGE_FETCH_FAILED');
+    throw appError('IMAGE_FETCH_REDIRECT_WITHOUT_LOCATION');
   }
   if (res.status !== 200) {
-    throw badRequest(`image_url could not be fetched: HTTP ${res.status}`, 'IMAGE_FETCH_FAILED', {
+    throw appError('IMAGE_FETCH_HTTP_ERROR', {
       status: res.status,
+      details: {
+        status: res.status,
+      },
     });
   }
-  if (res.truncated)
-    throw tooLarge(`The image exceeds ${limits.maxBytes} bytes`, { maxBytes: limits.maxBytes });
+  if (res.truncated) throw tooLarge(limits.maxBytes);
   const declared = String(res.headers['content-type'] ?? '');
   return checkImage(res.body, limits, declared || undefined);
 }

@@ -1,5 +1,5 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
-import { AppError } from '../../http/errors.js';
+import { appError } from '../../errors/index.js';
 import type { UsageComponentLine } from '../../metering/types.js';
 import { clampPage, isUuid, THREAD_PAGE } from '../apps/service.js';
 import type { ConversationDetail, ConversationSummary } from './schema.js';
@@ -8,7 +8,6 @@ import type { ConversationDetail, ConversationSummary } from './schema.js';
 export const CONTENT_LIMIT = 4000;
 /** The detail's `usage_events`: the most recent ones only (spec 8). */
 export const USAGE_EVENTS_LIMIT = 200;
-export const CONVERSATION_NOT_FOUND = 'Conversation not found';
 
 const iso = (d: Date | string | null) => (d == null ? null : new Date(d).toISOString());
 const usd = (micros: number | string | null | undefined) => Number(micros ?? 0) / 1_000_000;
@@ -203,13 +202,13 @@ export class InsightsService {
    * one component line of a record (input tokens, output tokens, an image…), newest first.
    */
   async get(threadId: string): Promise<ConversationDetail> {
-    if (!isUuid(threadId)) throw new AppError(404, CONVERSATION_NOT_FOUND);
+    if (!isUuid(threadId)) throw appError('CONVERSATION_NOT_FOUND');
     const threads = await this.em.execute<ThreadRow[]>(
       'select t.* from app_threads t where t.id = ? and t.workspace_id = ?',
       [threadId, this.workspaceId],
     );
     const thread = threads[0];
-    if (!thread) throw new AppError(404, CONVERSATION_NOT_FOUND);
+    if (!thread) throw appError('CONVERSATION_NOT_FOUND');
     const messages = await this.em.execute<
       {
         id: string;

@@ -5,7 +5,7 @@ import { assertAcceptablePassword, hashPassword, verifyPassword } from '../../au
 import type { SessionRecord } from '../../auth/sessions.js';
 import type { IdentitySettings } from '../../auth/settings.js';
 import type { SignInThrottle } from '../../auth/throttle.js';
-import { AppError, badRequest, conflict, forbidden, notFound } from '../../http/errors.js';
+import { appError } from '../../errors/index.js';
 import { isUuid } from '../agents/config.js';
 import { INVALID_CREDENTIALS, normalizeEmail } from '../identity/service.js';
 import type { Role } from '../workspaces/entities.js';
@@ -14,11 +14,8 @@ import { invitationIdOf, signInvitation, verifyInvitation } from './invitation-t
 /** Who changes memberships: a person through a session (roles apply) or the operator CLI. */
 export type Actor = { kind: 'person'; userId: string; role: Role } | { kind: 'operator' };
 
-export const MEMBERS_FORBIDDEN = 'Insufficient permissions to manage members';
-const OWNER_ONLY = 'Only an owner can grant, change or remove the owner role';
-const LAST_OWNER = () =>
-  conflict('A workspace must keep at least one owner: make someone else owner first', 'LAST_OWNER');
-const INVITATION_INVALID = () => new AppError(400, 'Invalid or expired invitation', 'INVITATION_INVALID');
+const LAST_OWNER = () => appError('LAST_OWNER');
+const INVITATION_INVALID = () => appError('INVITATION_INVALID');
 const EMAIL_PATTERN = /^[^\s@]+@[^\s@]+\.[^\s@]+$/;
 
 export interface MemberDto {
@@ -80,7 +77,7 @@ const toInvitationDto = (r: InvitationRow): InvitationDto => ({
 export function assertEmail(email: string): string {
   const normalized = normalizeEmail(email);
   if (!EMAIL_PATTERN.test(normalized) || normalized.length > 320) {
-    throw badRequest('email must be a valid email address', 'INVALID_EMAIL');
+    throw appError('INVALID_EMAIL');
   }
   return normalized;
 }
@@ -101,7 +98,7 @@ export class MembersService {
 
   private assertManager(actor: Actor): void {
     if (actor.kind === 'person' && actor.role !== 'owner' && actor.role !== 'admin') {
-      throw forbidden(MEMBERS_FORBIDDEN);
+      throw appError('MEMBERS_FORBIDDEN');
     }
   }
 
@@ -135,7 +132,7 @@ export class MembersService {
       ...(actor.kind === 'person' ? [actor.userId] : []),
     ]);
     const role = roles.get(userId.toLowerCase());
-    if (!role) throw notFound('Member not found');
+    if (!role) throw appError('MEMBER_NOT_FOUND');
     return { role, actor: this.actorNow(actor, roles) };
   }
 
@@ -153,7 +150,7 @@ export class MembersService {
   private actorNow(actor: Actor, roles: Map<string, Role>): Actor {
     if (actor.kind !== 'person') return actor;
     const role = roles.get(actor.userId.toLowerCase());
-    if (!role) throw forbidden(MEMBERS_FORBIDDEN);
+    if (!role) throw appError('MEMBERS_FORBIDDEN');
     return { ...actor, role };
   }
 
@@ -181,7 +178,7 @@ export class MembersService {
       const { role: current, actor: now } = await this.lockMember(em, workspaceId, userId, actor);
       this.assertManager(now);
       if (now.kind === 'person' && (current === 'owner' || role === 'owner') && now.role !== 'owner') {
-        throw forbidden(OWNER_ONLY);
+        throw appError('OWNER_ONLY');
       }
       if (current === role) return;
       if (current === 'owner' && (await this.ownerCount(em, workspaceId)) <= 1) throw LAST_OWNER();
@@ -192,7 +189,7 @@ export class MembersService {
       ]);
     });
     const [member] = await this.listMembers(workspaceId, userId);
-    if (!member) throw notFound('Member not found');
+    if (!member) throw appError('MEMBER_NOT_FOUND');
     return member;
   }
 
@@ -204,7 +201,7 @@ export class MembersService {
       const { role: current, actor: now } = await this.lockMember(em, workspaceId, userId, actor);
       if (!leaving) this.assertManager(now);
       if (!leaving && now.kind === 'person' && current === 'owner' && now.role !== 'owner') {
-        throw forbidden(OWNER_ONLY);
+        throw appError('OWNER_ONLY');
       }
       if (current === 'owner' && (await this.ownerCount(em, workspaceId)) <= 1) throw LAST_OWNER();
       await em.execute('delete from memberships where workspace_id = ? and user_id = ?', [
@@ -236,7 +233,7 @@ export class MembersService {
   ): Promise<{ invitation: InvitationDto; token: string; url: string; mailed: boolean }> {
     this.assertManager(actor);
     if (actor.kind === 'person' && input.role === 'owner' && actor.role !== 'owner') {
-      throw forbidden(OWNER_ONLY);
+      throw appError('OWNER_ONLY');
     }
     const email = assertEmail(input.email);
     const id = randomUUID();
@@ -247,17 +244,17 @@ export class MembersService {
         "select name from workspaces where id = ? and status = 'active' for update",
         [workspaceId],
       );
-      if (!ws[0]) throw notFound('Workspace not found');
+      if (!ws[0]) throw appError('WORKSPACE_NOT_FOUND');
       const now = await this.lockedActor(em, workspaceId, actor);
       this.assertManager(now);
       if (now.kind === 'person' && input.role === 'owner' && now.role !== 'owner')
-        throw forbidden(OWNER_ONLY);
+        throw appError('OWNER_ONLY');
       const member = await em.execute(
         `select 1 from memberships m join users u on u.id = m.user_id
           where m.workspace_id = ? and lower(u.email) = ?`,
         [workspaceId, email],
       );
-      if (member.length > 0) throw conflict('Already a member of this workspace', 'ALREADY_MEMBER');
+      if (member.length > 0) throw appError('ALREADY_MEMBER');
       await em.execute(
         `update invitations set revoked_at = now()
           where workspace_id = ? and lower(email) = ? and accepted_at is null and revoked_at is null`,
@@ -306,7 +303,7 @@ export class MembersService {
     const rows = isUuid(id)
       ? await this.invitationRows('id = ? and workspace_id = ?', [id, workspaceId])
       : [];
-    if (!rows[0]) throw notFound('Invitation not found');
+    if (!rows[0]) throw appError('INVITATION_NOT_FOUND');
     return toInvitationDto(rows[0]);
   }
 
@@ -396,11 +393,7 @@ export class MembersService {
     if (existing) {
       if (caller?.userId !== existing.id) {
         if (input.password === undefined) {
-          throw new AppError(
-            401,
-            'Sign in as the invited person, or give their password, to accept this invitation',
-            'SIGN_IN_REQUIRED',
-          );
+          throw appError('SIGN_IN_REQUIRED');
         }
         // A password guess like a sign-in: throttled and counted the same way.
         await this.throttle?.assertAllowed(inv.email, address);
@@ -412,7 +405,7 @@ export class MembersService {
       }
     } else {
       if (input.password === undefined) {
-        throw badRequest('password is required to create your account', 'PASSWORD_REQUIRED');
+        throw appError('PASSWORD_REQUIRED');
       }
       assertAcceptablePassword(input.password);
       newHash = await hashPassword(input.password);
@@ -432,8 +425,7 @@ export class MembersService {
            on conflict ((lower(email))) do nothing returning id`,
           [userId, inv.email, newHash, input.name?.trim() || null],
         );
-        if (inserted.length === 0)
-          throw conflict('An account with this email was just created: sign in first');
+        if (inserted.length === 0) throw appError('ACCOUNT_JUST_CREATED_SIGN_IN_FIRST');
       }
       await em.execute('update invitations set accepted_by = ? where id = ?', [userId, inv.id]);
       await em.execute(
@@ -457,7 +449,7 @@ export class MembersService {
     name?: string | null;
     workspaceName?: string;
   }): Promise<{ userId: string; workspaceId: string }> {
-    if (!this.settings.signupEnabled) throw forbidden('Sign-up is disabled', 'SIGNUP_DISABLED');
+    if (!this.settings.signupEnabled) throw appError('SIGNUP_DISABLED');
     const email = assertEmail(input.email);
     assertAcceptablePassword(input.password);
     const passwordHash = await hashPassword(input.password);
@@ -469,7 +461,7 @@ export class MembersService {
          on conflict ((lower(email))) do nothing returning id`,
         [userId, email, passwordHash, input.name?.trim() || null],
       );
-      if (inserted.length === 0) throw conflict('An account with this email already exists', 'EMAIL_TAKEN');
+      if (inserted.length === 0) throw appError('EMAIL_TAKEN');
       const workspaceId = await createOwnWorkspace(em, userId, email, explicit);
       return { userId, workspaceId };
     });
@@ -492,7 +484,7 @@ export async function createOwnWorkspace(
     'insert into workspaces (id, name) values (?, ?) on conflict ((lower(name))) do nothing returning id',
     [workspaceId, name],
   );
-  if (ws.length === 0) throw conflict(`Workspace "${name}" already exists`, 'WORKSPACE_NAME_TAKEN');
+  if (ws.length === 0) throw appError('WORKSPACE_NAME_TAKEN', { name });
   await em.execute("insert into memberships (workspace_id, user_id, role) values (?, ?, 'owner')", [
     workspaceId,
     userId,

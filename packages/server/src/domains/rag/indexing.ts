@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import type { ServerDeps } from '../../context.js';
-import { AppError, badRequest, notFound } from '../../http/errors.js';
+import { AppError, appError } from '../../errors/index.js';
 import type { RunExecution, RunExecutor, RunOutcome, RunRecord } from '../../runs/index.js';
 import { runStore } from '../../runs/index.js';
 import type { StorageFileDto } from '../storage/schema.js';
@@ -81,7 +81,7 @@ export async function requestIndexing(
   em: EntityManager,
   input: { workspaceId: string; fileId: string; requestId: string; apiKeyId: string | null },
 ): Promise<IndexRequestResult> {
-  if (!isUuid(input.fileId)) throw notFound('File not found');
+  if (!isUuid(input.fileId)) throw appError('FILE_NOT_FOUND');
   const files = await em.execute<
     {
       id: string;
@@ -95,14 +95,14 @@ export async function requestIndexing(
     [input.workspaceId, input.fileId],
   );
   const file = files[0];
-  if (!file) throw notFound('File not found');
+  if (!file) throw appError('FILE_NOT_FOUND');
   const kind = documentKind(file.filename, file.mime_type);
   if (!kind.kind) {
-    throw badRequest(`File type ${kind.type} not supported for ${file.filename}`, 'UNSUPPORTED_FILE_TYPE');
+    throw appError('UNSUPPORTED_FILE_TYPE', { type: kind.type, filename: file.filename });
   }
   const size = file.size_bytes === null ? null : Number(file.size_bytes);
   if (size !== null && size > MAX_FILE_BYTES) {
-    throw badRequest(`File ${file.filename} exceeds maximum size of 100MB`, 'FILE_TOO_LARGE');
+    throw appError('RAG_FILE_TOO_LARGE', { filename: file.filename });
   }
   // A bound the file's first bytes already pass (a CSV's columns, a JSON's depth): refused now.
   if (HEAD_KINDS.has(kind.kind) && file.storage_key) {
@@ -116,7 +116,7 @@ export async function requestIndexing(
         limits: deps.config.documents.limits,
         head,
       });
-      if (early) throw badRequest(early.message, 'DOCUMENT_LIMIT_EXCEEDED');
+      if (early) throw appError('DOCUMENT_LIMIT_EXCEEDED', { limit: early.message });
     }
   }
   const rag = new RagService(deps, em);

@@ -5,7 +5,8 @@ import { z } from 'zod';
 import { authenticate, SESSION } from '../../auth/authenticate.js';
 import type { Principal } from '../../auth/principal.js';
 import type { ServerDeps } from '../../context.js';
-import { AppError, badRequest, INVALID_REQUEST_BODY, sendError, toAppError } from '../../http/errors.js';
+import { AppError, appError } from '../../errors/index.js';
+import { sendError, toAppError } from '../../http/errors.js';
 import { securityFor } from '../../http/openapi-security.js';
 import type { RawRouteModule } from '../../http/raw-routes.js';
 import { StorageService } from '../storage/service.js';
@@ -59,7 +60,7 @@ function receive(
         limits: { fileSize: MAX_FILE_BYTES + 1, files: MAX_FILES, fields: 20, fieldSize: 64 * 1024 },
       });
     } catch {
-      reject(new AppError(400, INVALID_REQUEST_BODY, undefined, { expected: 'multipart/form-data' }));
+      reject(appError('INVALID_REQUEST_BODY', { details: { expected: 'multipart/form-data' } }));
       return;
     }
     let workspaceId: string | undefined;
@@ -79,7 +80,7 @@ function receive(
     bb.on('field', (name, value) => {
       if (failed || name !== 'workspace_id' || workspaceId !== undefined) return;
       workspaceId = value.trim();
-      if (!workspaceId) return fail(badRequest('workspace_id is required'));
+      if (!workspaceId) return fail(appError('WORKSPACE_ID_REQUIRED'));
       const ws = workspaceId;
       ready = rag.assertAccess(principal, ws).then(() => rag.provision(ws));
       ready.catch(fail);
@@ -98,9 +99,7 @@ function receive(
       const name = info.filename || 'unnamed';
       if (!workspaceId || !ready) {
         stream.resume();
-        fail(
-          badRequest('workspace_id is required', undefined, { hint: 'send workspace_id before the files' }),
-        );
+        fail(appError('WORKSPACE_ID_REQUIRED', { details: { hint: 'send workspace_id before the files' } }));
         return;
       }
       const ws = workspaceId;
@@ -229,22 +228,20 @@ function receive(
       chain.catch(fail);
     });
 
-    bb.on('filesLimit', () =>
-      fail(new AppError(413, `Too many files in one upload (at most ${MAX_FILES})`, 'UPLOAD_LIMIT_EXCEEDED')),
-    );
-    bb.on('error', () => fail(badRequest(INVALID_REQUEST_BODY)));
+    bb.on('filesLimit', () => fail(appError('UPLOAD_LIMIT_EXCEEDED', { MAX_FILES })));
+    bb.on('error', () => fail(appError('INVALID_REQUEST_BODY')));
     req.once('close', () => {
       if (!req.complete && !failed) {
         bb.destroy(new Error('Request aborted'));
-        fail(new AppError(400, 'Request aborted', 'REQUEST_ABORTED'));
+        fail(appError('REQUEST_ABORTED'));
       }
     });
     bb.on('close', () => {
       void chain.then(async () => {
         if (failed) return;
-        if (!workspaceId) return fail(badRequest('workspace_id is required'));
+        if (!workspaceId) return fail(appError('WORKSPACE_ID_REQUIRED'));
         await ready;
-        if (fileParts === 0) return fail(badRequest('At least one file is required'));
+        if (fileParts === 0) return fail(appError('FILE_REQUIRED'));
         resolve({ workspaceId, details });
       }, fail);
     });
@@ -255,14 +252,17 @@ function receive(
 async function upload(deps: ServerDeps, req: Request, res: Response) {
   const principal = await authenticate(req, deps, deps.em(), SESSION);
   if (!/^multipart\/form-data/i.test(req.headers['content-type'] ?? '')) {
-    throw new AppError(400, INVALID_REQUEST_BODY, undefined, { expected: 'multipart/form-data' });
+    throw appError('INVALID_REQUEST_BODY', { details: { expected: 'multipart/form-data' } });
   }
   const { workspaceId, details } = await receive(deps, req, principal);
   const successful = details.filter((d) => d.status === 'completed').length;
   const out = details.map(({ [CLIENT_FAILURE]: _, ...d }) => d);
   // Every file refused for its type or size: the request itself is refused with the first reason.
   if (successful === 0 && details.length > 0 && details.every((d) => d[CLIENT_FAILURE])) {
-    throw new AppError(400, details[0]?.error ?? INVALID_REQUEST_BODY, undefined, { results: out });
+    throw appError('UPLOAD_REFUSED', {
+      reason: details[0]?.error ?? 'Invalid request body',
+      details: { results: out },
+    });
   }
   const body: RagUploadResult = {
     status: 'success',
@@ -283,7 +283,7 @@ function handle(deps: ServerDeps) {
       let appErr = toAppError(err);
       if (appErr.status >= 500) {
         deps.log.error({ err }, 'RAG upload failed');
-        appErr = new AppError(500, 'Failed to upload files', 'INTERNAL_ERROR');
+        appErr = appError('UPLOAD_FAILED');
       }
       if (!req.complete) {
         res.setHeader('connection', 'close');

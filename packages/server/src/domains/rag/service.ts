@@ -3,7 +3,7 @@ import type { Readable } from 'node:stream';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import type { Principal } from '../../auth/principal.js';
 import type { ServerDeps } from '../../context.js';
-import { AppError, type ErrorBody, forbidden, notFound } from '../../http/errors.js';
+import { AppError, appError, type ErrorBody } from '../../errors/index.js';
 import { cycleStart } from '../../metering/cycle.js';
 import type { GenerationMeter } from '../../metering/types.js';
 import type { LlmMessage, ModelInfo } from '../../providers/llm.js';
@@ -37,7 +37,7 @@ export const NOT_FOUND_ANSWER = 'The documents do not contain an answer to this 
 export const MB = 1024 * 1024;
 export const MAX_FILE_BYTES = 100 * MB;
 
-export const notEnabled = () => forbidden('RAG service not enabled for this workspace');
+export const notEnabled = () => appError('RAG_NOT_ENABLED');
 
 /** 429 of spec 7: `quota` and `current_usage` are fields of the body, and repeated in `details`. */
 export class QuotaExceededError extends AppError {
@@ -45,7 +45,7 @@ export class QuotaExceededError extends AppError {
     readonly quota: number,
     readonly currentUsage: number,
   ) {
-    super(429, 'Monthly quota exceeded', 'QUOTA_EXCEEDED', { quota, current_usage: currentUsage });
+    super('QUOTA_EXCEEDED', { details: { quota, current_usage: currentUsage } });
   }
   override toBody(): ErrorBody {
     return { ...super.toBody(), quota: this.quota, current_usage: this.currentUsage } as ErrorBody;
@@ -262,14 +262,14 @@ export class RagService {
    * (403 `Access denied to workspace` otherwise, also for ids that are not UUIDs).
    */
   async assertAccess(principal: Principal, workspaceId: string): Promise<void> {
-    if (!isUuid(workspaceId)) throw forbidden('Access denied to workspace');
+    if (!isUuid(workspaceId)) throw appError('ACCESS_DENIED');
     if (principal.workspaceId === workspaceId && principal.via === 'session') return;
-    if (!principal.userId) throw forbidden('Access denied to workspace');
+    if (!principal.userId) throw appError('ACCESS_DENIED');
     const rows = await this.em.execute<{ n: number }[]>(
       'select 1 as n from memberships where workspace_id = ? and user_id = ?',
       [workspaceId, principal.userId],
     );
-    if (rows.length === 0) throw forbidden('Access denied to workspace');
+    if (rows.length === 0) throw appError('ACCESS_DENIED');
   }
 
   async isEnabled(workspaceId: string): Promise<boolean> {
@@ -437,12 +437,12 @@ export class RagService {
   }
 
   async getDocument(workspaceId: string, documentId: string): Promise<DocumentRow> {
-    if (!isUuid(documentId)) throw notFound('Document not found');
+    if (!isUuid(documentId)) throw appError('DOCUMENT_NOT_FOUND');
     const rows = await this.em.execute<DocumentRow[]>(
       `select ${DOC_COLUMNS} from rag_documents where workspace_id = ? and id = ?`,
       [workspaceId, documentId],
     );
-    if (!rows[0]) throw notFound('Document not found');
+    if (!rows[0]) throw appError('DOCUMENT_NOT_FOUND');
     return rows[0];
   }
 
@@ -768,7 +768,7 @@ export class RagService {
     } catch (err) {
       if (err instanceof AppError) throw err;
       this.deps.log.error({ err }, 'RAG query failed');
-      throw new AppError(500, 'Failed to process query', 'INTERNAL_ERROR');
+      throw appError('RAG_QUERY_FAILED');
     }
   }
 

@@ -2,20 +2,16 @@ import { randomUUID } from 'node:crypto';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import type { Principal } from '../../auth/principal.js';
 import type { ServerDeps } from '../../context.js';
-import { badRequest, notFound } from '../../http/errors.js';
+import { appError } from '../../errors/index.js';
 import { runStore, TERMINAL_EVENT_TYPES } from '../../runs/index.js';
 import { effectiveConfig, isUuid } from '../agents/config.js';
 import { assertOutboundUrlAccepted, parseAllowlist } from '../agents/outbound.js';
-import { AgentsService, SESSION_NOT_FOUND } from '../agents/service.js';
+import { AgentsService } from '../agents/service.js';
 import { isMessagingSource } from './schema.js';
 
 type Row = Record<string, unknown>;
 const iso = (v: unknown) => (v == null ? null : (v instanceof Date ? v : new Date(String(v))).toISOString());
 const json = <T>(v: unknown): T => (typeof v === 'string' ? JSON.parse(v) : v) as T;
-
-export const DELIVERABLES_DISABLED = 'Deliverables are disabled for this agent';
-export const INTEGRATION_MENTION = 'Integration mentions must use the platform webhook';
-export const RUN_NOT_FOUND = 'Run not found';
 
 /** Event types left out of the get-run `events[]` (they are on the live stream). */
 const STREAM_ONLY_EVENTS = ['message.delta'];
@@ -77,13 +73,15 @@ export class RunsService {
     const agent = await this.agents.requireAgent(agentId);
     const config = effectiveConfig(agent.config);
     if (!config.capabilities.deliverables.enabled) {
-      throw badRequest(DELIVERABLES_DISABLED, 'DELIVERABLES_DISABLED', {
-        configField: 'capabilities.deliverables.enabled',
-        enableWith: { config: { capabilities: { deliverables: { enabled: true } } } },
+      throw appError('DELIVERABLES_DISABLED', {
+        details: {
+          configField: 'capabilities.deliverables.enabled',
+          enableWith: { config: { capabilities: { deliverables: { enabled: true } } } },
+        },
       });
     }
     const meta = body.metadata ?? {};
-    if (isMessagingSource(meta.source)) throw badRequest(INTEGRATION_MENTION);
+    if (isMessagingSource(meta.source)) throw appError('INTEGRATION_MENTION');
     const messageId = meta.messageId;
 
     // Idempotency: a repeated key answers with the run it created, before any other check.
@@ -100,7 +98,7 @@ export class RunsService {
     let newSession = false;
     if (body.sessionId !== undefined) {
       const s = await this.agents.requireSession(body.sessionId);
-      if (s.app_id !== agent.id) throw notFound(SESSION_NOT_FOUND);
+      if (s.app_id !== agent.id) throw appError('SESSION_NOT_FOUND');
       sessionId = s.id;
     } else {
       sessionId = randomUUID();
@@ -214,13 +212,13 @@ export class RunsService {
 
   async requireRun(agentId: string, runId: string): Promise<RunDto & { waiting: boolean }> {
     const agent = await this.agents.requireAgent(agentId);
-    if (!isUuid(runId)) throw notFound(RUN_NOT_FOUND);
+    if (!isUuid(runId)) throw appError('RUN_NOT_FOUND');
     const rows = await this.em.execute<Row[]>(
       `select r.*, a.task, a.metadata from autonomous_runs a join runs r on r.id = a.run_id
        where a.run_id = ? and a.workspace_id = ? and a.app_id = ?`,
       [runId, this.ws, agent.id],
     );
-    if (!rows[0]) throw notFound(RUN_NOT_FOUND);
+    if (!rows[0]) throw appError('RUN_NOT_FOUND');
     return { ...toRunDto(rows[0]), waiting: Boolean(rows[0].waiting) };
   }
 

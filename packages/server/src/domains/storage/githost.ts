@@ -4,7 +4,7 @@ import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import zlib from 'node:zlib';
 import tar from 'tar-stream';
 import type { ServerDeps } from '../../context.js';
-import { AppError, badRequest } from '../../http/errors.js';
+import { AppError, appError } from '../../errors/index.js';
 import { ImportSession, importLimits, isJunk } from './import.js';
 import { normalizeFolderPath } from './paths.js';
 import type { GitHostImportResultDto } from './schema.js';
@@ -15,7 +15,7 @@ export const DEFAULT_GITHOST_API_URL = 'https://api.github.com';
 const OWNER = /^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})$/;
 const REPO = /^[A-Za-z0-9._-]{1,100}$/;
 
-const invalidRepoUrl = () => badRequest('Invalid GitHub repository URL');
+const invalidRepoUrl = () => appError('INVALID_REPO_URL');
 
 /** `https://host/owner/repo[.git][/][?branch=x]` → parts; 400 `Invalid GitHub repository URL` otherwise. */
 export function parseRepoUrl(repoUrl: string): { owner: string; repo: string; branch?: string } {
@@ -40,7 +40,7 @@ export function parseRepoUrl(repoUrl: string): { owner: string; repo: string; br
 const BAD_REF = /[\u0000-\u0020\u007f~^:?*[\\]|\.\.|^\/|\/$|\/\//;
 
 const fetchFailed = (status: number | string, statusText: string) =>
-  new AppError(502, `GitHub archive fetch failed: ${status} ${statusText}`.trim(), 'GITHOST_FETCH_FAILED');
+  appError('GITHOST_FETCH_FAILED', { status: `${status} ${statusText}`.trim() });
 
 async function gitHostFetch(url: string, headers: Record<string, string>): Promise<Response> {
   try {
@@ -65,7 +65,7 @@ export async function importFromGitHost(
   const { owner, repo, branch: urlBranch } = parseRepoUrl(input.repoUrl);
   const prefix = normalizeFolderPath(input.pathPrefix ?? '/');
   let ref = input.branch?.trim() || urlBranch;
-  if (ref !== undefined && BAD_REF.test(ref)) throw badRequest(`Invalid branch "${ref}"`);
+  if (ref !== undefined && BAD_REF.test(ref)) throw appError('INVALID_BRANCH', { ref });
   const api = (deps.config.env.GITHOST_API_URL?.trim() || DEFAULT_GITHOST_API_URL).replace(/\/+$/, '');
   const token = await storage.getGitHostToken(input.workspaceId);
   const headers: Record<string, string> = {

@@ -7,7 +7,7 @@ import { pipeline } from 'node:stream/promises';
 import yauzl from 'yauzl';
 import type { Config } from '../../config.js';
 import { PRIVATE_DIR_MODE, PRIVATE_FILE_MODE } from '../../data-dir.js';
-import { AppError, badRequest } from '../../http/errors.js';
+import { AppError, appError } from '../../errors/index.js';
 import { byteCounter } from '../../storage/local-store.js';
 import { resolveRelative } from './paths.js';
 import type { ImportResultDto } from './schema.js';
@@ -40,15 +40,14 @@ export function importLimits(config: Config): ImportLimits {
 const mbLabel = (bytes: number) => `${Number((bytes / MB).toFixed(2))} MB`;
 
 export const fileTooLarge = (name: string, limit: number) =>
-  new AppError(413, `File ${name} exceeds the ${mbLabel(limit)} upload limit`, 'FILE_TOO_LARGE');
+  appError('IMPORT_FILE_TOO_LARGE', { name, limit: mbLabel(limit) });
 
 export const archiveTooLarge = (limits: ImportLimits) =>
-  new AppError(
-    413,
-    `Archive exceeds the import limits (at most ${limits.maxEntries} entries and ${mbLabel(limits.maxTotalBytes)} uncompressed)`,
-    'IMPORT_LIMIT_EXCEEDED',
-    { maxEntries: limits.maxEntries, maxTotalBytes: limits.maxTotalBytes },
-  );
+  appError('IMPORT_ARCHIVE_TOO_LARGE', {
+    maxEntries: limits.maxEntries,
+    maxTotalBytes: mbLabel(limits.maxTotalBytes),
+    details: { maxEntries: limits.maxEntries, maxTotalBytes: limits.maxTotalBytes },
+  });
 
 /** OS clutter that archives carry and nobody wants in the tree. */
 export const isJunk = (rel: string) => rel.split('/').some((s) => s === '__MACOSX' || s === '.DS_Store');
@@ -166,12 +165,9 @@ export async function receiveToTempFile(
 export const MAX_DEFLATE_RATIO = 1032;
 
 export const overlappingArchive = (declared: number, size: number) =>
-  new AppError(
-    413,
-    'Archive declares more bytes than its size can hold (overlapping entries)',
-    'IMPORT_LIMIT_EXCEEDED',
-    { declaredBytes: declared, archiveBytes: size, maxRatio: MAX_DEFLATE_RATIO },
-  );
+  appError('IMPORT_ARCHIVE_OVERLAPPING', {
+    details: { declaredBytes: declared, archiveBytes: size, maxRatio: MAX_DEFLATE_RATIO },
+  });
 
 const S_IFMT = 0o170000;
 const S_IFLNK = 0o120000;
@@ -209,7 +205,7 @@ export async function importZip(
       ),
     );
   } catch (err) {
-    throw badRequest(`Invalid zip file: ${(err as Error).message}`, 'INVALID_ZIP');
+    throw appError('INVALID_ZIP', { message: (err as Error).message });
   }
   try {
     if (zip.entryCount > limits.maxEntries) throw archiveTooLarge(limits);
@@ -226,7 +222,7 @@ export async function importZip(
         zip.readEntry();
       });
       zip.on('end', () => resolve());
-      zip.on('error', (err: Error) => reject(badRequest(`Invalid zip file: ${err.message}`, 'INVALID_ZIP')));
+      zip.on('error', (err: Error) => reject(appError('INVALID_ZIP', { message: err.message })));
       zip.readEntry();
     });
     const size = (await fsp.stat(zipPath)).size;
@@ -258,7 +254,7 @@ export async function importZip(
         } catch (err) {
           if (err instanceof AppError) throw err;
           // Corrupt data, or an entry larger than it declared (a lying zip bomb).
-          throw badRequest(`Invalid zip file: ${(err as Error).message}`, 'INVALID_ZIP');
+          throw appError('INVALID_ZIP', { message: (err as Error).message });
         }
       }
     }

@@ -1,4 +1,4 @@
-import { AppError } from '../../http/errors.js';
+import { appError } from '../../errors/index.js';
 
 /** Longest accepted logical path and path segment (characters). */
 export const MAX_PATH_LENGTH = 1024;
@@ -24,8 +24,7 @@ function characterProblem(s: string): string | null {
   return null;
 }
 
-export const invalidPath = (input: string, reason: string) =>
-  new AppError(400, `Invalid path "${input}": ${reason}`, 'INVALID_PATH');
+export const invalidPath = (input: string, reason: string) => appError('INVALID_PATH', { input, reason });
 
 /** Why a single name (file or folder) is unusable, or null when it is fine. */
 export function nameProblem(name: string): string | null {

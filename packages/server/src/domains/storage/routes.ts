@@ -5,7 +5,8 @@ import type { Request, Response, Router } from 'express';
 import { z } from 'zod';
 import { API_KEY_OR_SESSION, authenticate } from '../../auth/authenticate.js';
 import type { ServerDeps } from '../../context.js';
-import { AppError, badRequest, INVALID_REQUEST_BODY, sendError, toAppError } from '../../http/errors.js';
+import { appError } from '../../errors/index.js';
+import { sendError, toAppError } from '../../http/errors.js';
 import { securityFor } from '../../http/openapi-security.js';
 import type { RawRouteModule } from '../../http/raw-routes.js';
 import { LocalObjectStore, SIGNED_OBJECT_ROUTE } from '../../storage/local-store.js';
@@ -58,9 +59,9 @@ async function content(deps: ServerDeps, req: Request, res: Response) {
   const { principal, storage } = await authorize(req, deps);
   const fileId = typeof req.query.fileId === 'string' ? req.query.fileId.trim() : '';
   const fileType = typeof req.query.fileType === 'string' ? req.query.fileType.trim() : '';
-  if (!fileId || !fileType) throw badRequest('Missing fileId or fileType');
+  if (!fileId || !fileType) throw appError('MISSING_FILEID_OR_FILETYPE');
   if (!(FILE_TYPES as readonly string[]).includes(fileType)) {
-    throw badRequest('Invalid fileType. Must be one of: image, deliverable, document, file');
+    throw appError('INVALID_FILE_TYPE');
   }
   const opened = await storage.openContent(principal.workspaceId, fileId, fileType as StorageFileType);
   setContentHeaders(res, opened.mimeType, opened.size, opened.file.filename);
@@ -91,7 +92,7 @@ function importMultipart(
         limits: { fileSize: limits.maxFileBytes, fields: 50, fieldSize: 64 * 1024, files: limits.maxEntries },
       });
     } catch {
-      reject(badRequest(INVALID_REQUEST_BODY));
+      reject(appError('INVALID_REQUEST_BODY'));
       return;
     }
     let kind: 'folder' | 'zip' | 'files' = 'folder';
@@ -117,7 +118,7 @@ function importMultipart(
       if (failed) return;
       if (name === 'kind') {
         if (value !== 'folder' && value !== 'zip' && value !== 'files') {
-          fail(badRequest('kind must be folder, zip or files'));
+          fail(appError('INVALID_IMPORT_KIND'));
         } else kind = value;
       } else if (name === 'pathPrefix') {
         try {
@@ -163,30 +164,28 @@ function importMultipart(
 
     bb.on('filesLimit', () =>
       fail(
-        new AppError(
-          413,
-          `Too many files in one import (at most ${limits.maxEntries})`,
-          'IMPORT_LIMIT_EXCEEDED',
-          {
+        appError('IMPORT_TOO_MANY_FILES', {
+          maxEntries: limits.maxEntries,
+          details: {
             maxEntries: limits.maxEntries,
           },
-        ),
+        }),
       ),
     );
-    bb.on('error', () => fail(badRequest(INVALID_REQUEST_BODY)));
+    bb.on('error', () => fail(appError('INVALID_REQUEST_BODY')));
     // A client that goes away mid-upload: end the part being stored with an error so the
     // object store discards it, instead of waiting forever for bytes that will not come.
     req.once('close', () => {
       if (!req.complete && !failed) {
         bb.destroy(new Error('Request aborted'));
-        fail(new AppError(400, 'Request aborted', 'REQUEST_ABORTED'));
+        fail(appError('REQUEST_ABORTED'));
       }
     });
     bb.on('close', () => {
       void chain.then(() => {
         if (failed) return;
-        if (kind === 'zip' && zipParts === 0) return fail(badRequest('Zip file is required'));
-        if (kind !== 'zip' && fileParts === 0) return fail(badRequest('No files to import'));
+        if (kind === 'zip' && zipParts === 0) return fail(appError('ZIP_REQUIRED'));
+        if (kind !== 'zip' && fileParts === 0) return fail(appError('NO_FILES_TO_IMPORT'));
         resolve((session as ImportSession).result());
       });
     });
@@ -197,7 +196,7 @@ function importMultipart(
 async function importRoute(deps: ServerDeps, req: Request, res: Response) {
   const { principal, storage } = await authorize(req, deps);
   if (!/^multipart\/form-data/i.test(req.headers['content-type'] ?? '')) {
-    throw new AppError(400, INVALID_REQUEST_BODY, undefined, { expected: 'multipart/form-data' });
+    throw appError('INVALID_REQUEST_BODY', { details: { expected: 'multipart/form-data' } });
   }
   const result = await importMultipart(deps, req, storage, principal.workspaceId, importLimits(deps.config));
   res.status(201).json(result);
@@ -211,10 +210,10 @@ async function signedObject(deps: ServerDeps, req: Request, res: Response) {
   const q = req.query as Record<string, string | undefined>;
   const params = { key, exp: Number(q.exp), contentType: q.ct || undefined, filename: q.fn || undefined };
   if (!(store instanceof LocalObjectStore) || typeof q.sig !== 'string' || !store.verify(params, q.sig)) {
-    throw new AppError(403, 'Invalid or expired link', 'INVALID_SIGNATURE');
+    throw appError('INVALID_SIGNATURE');
   }
   const obj = await store.get(key);
-  if (!obj) throw new AppError(404, 'Storage key not found');
+  if (!obj) throw appError('STORAGE_KEY_NOT_FOUND');
   setContentHeaders(res, params.contentType ?? 'application/octet-stream', obj.size, params.filename);
   res.status(200);
   await pipeline(obj.body, res);

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Readable } from 'node:stream';
 import type { EntityManager } from '@mikro-orm/postgresql';
-import { AppError, badRequest, notFound } from '../../http/errors.js';
+import { AppError, appError } from '../../errors/index.js';
 import type { ObjectStore } from '../../storage/object-store.js';
 import type { IndexStatus, StorageFileType } from './entities.js';
 import {
@@ -106,7 +106,7 @@ function decodeListCursor(raw: string): { t: string; id: string } {
   } catch {
     /* not ours */
   }
-  throw badRequest('Invalid cursor', 'INVALID_CURSOR');
+  throw appError('INVALID_CURSOR');
 }
 
 const escapeLike = (s: string) => s.replace(/[\\%_]/g, (c) => `\\${c}`);
@@ -119,18 +119,17 @@ const isUniqueViolation = (err: unknown) => {
 
 /** 409 for a taken name; `x-should-retry: false` because retrying cannot help. */
 export const pathConflict = (path: string) =>
-  new AppError(
-    409,
-    `A file or folder named "${baseName(path)}" already exists at ${path}`,
-    'STORAGE_PATH_CONFLICT',
-    { path },
-    { 'x-should-retry': 'false' },
-  );
+  appError('STORAGE_PATH_CONFLICT', {
+    path: baseName(path),
+    path2: path,
+    details: { path },
+    headers: { 'x-should-retry': 'false' },
+  });
 
 /** `{workspaceId}` of a storage path must be the caller's workspace: 401 `Unauthorized` otherwise. */
 export function assertWorkspace(principalWorkspaceId: string, pathWorkspaceId: unknown): void {
   if (typeof pathWorkspaceId !== 'string' || pathWorkspaceId !== principalWorkspaceId) {
-    throw new AppError(401, 'Unauthorized');
+    throw appError('UNAUTHORIZED');
   }
 }
 
@@ -178,7 +177,7 @@ export class StorageService {
 
   async getFile(workspaceId: string, fileId: string): Promise<StorageFileDto> {
     const row = await this.findRow(workspaceId, fileId);
-    if (!row) throw notFound('File not found');
+    if (!row) throw appError('FILE_NOT_FOUND');
     return this.toDto(row);
   }
 
@@ -237,7 +236,7 @@ export class StorageService {
    */
   async createFile(input: CreateFileInput): Promise<StorageFileDto> {
     const problem = nameProblem(input.filename);
-    if (problem) throw badRequest(`Invalid file name "${input.filename}": ${problem}`, 'INVALID_PATH');
+    if (problem) throw appError('INVALID_FILE_NAME', { name: input.filename, problem });
     const folder =
       input.path === undefined || input.path === null
         ? input.type === 'file'
@@ -316,13 +315,13 @@ export class StorageService {
    */
   async openContent(workspaceId: string, fileId: string, fileType?: StorageFileType): Promise<OpenedContent> {
     const row = await this.findRow(workspaceId, fileId);
-    if (!row || (fileType && row.type !== fileType)) throw notFound('File not found');
-    if (!row.storage_key) throw notFound('Storage key not found');
+    if (!row || (fileType && row.type !== fileType)) throw appError('FILE_NOT_FOUND');
+    if (!row.storage_key) throw appError('STORAGE_KEY_NOT_FOUND');
     const obj = await this.objects.get(row.storage_key);
-    if (!obj) throw notFound('Storage key not found');
+    if (!obj) throw appError('STORAGE_KEY_NOT_FOUND');
     if (obj.size === 0) {
       obj.body.destroy();
-      throw notFound('Empty file');
+      throw appError('EMPTY_FILE');
     }
     return { file: await this.toDto(row), mimeType: row.mime_type, size: obj.size, body: obj.body };
   }
@@ -345,13 +344,13 @@ export class StorageService {
    * object. Other domains that keep data about a file (a RAG index) hook in here.
    */
   async deleteFile(workspaceId: string, fileId: string): Promise<void> {
-    if (!isUuid(fileId)) throw notFound('File not found');
+    if (!isUuid(fileId)) throw appError('FILE_NOT_FOUND');
     await this.em.transactional(async (tx) => {
       const rows = await tx.execute<{ storage_key: string | null }[]>(
         'delete from storage_files where workspace_id = ? and id = ? returning storage_key',
         [workspaceId, fileId],
       );
-      if (rows.length === 0) throw notFound('File not found');
+      if (rows.length === 0) throw appError('FILE_NOT_FOUND');
       const key = rows[0]?.storage_key;
       if (key) await this.objects.delete(key);
     });
@@ -414,19 +413,18 @@ export class StorageService {
     input: { fileId: string; action: 'move' | 'rename'; destFolderPath?: string; newName?: string },
   ): Promise<StorageFileDto> {
     if (input.action === 'move' && !input.destFolderPath?.trim()) {
-      throw badRequest('destFolderPath is required for move');
+      throw appError('DEST_FOLDER_REQUIRED');
     }
-    if (input.action === 'rename' && !input.newName?.trim())
-      throw badRequest('newName is required for rename');
+    if (input.action === 'rename' && !input.newName?.trim()) throw appError('NEW_NAME_REQUIRED');
     const row = await this.findRow(workspaceId, input.fileId);
-    if (!row) throw notFound('File not found');
+    if (!row) throw appError('FILE_NOT_FOUND');
     let folder = row.folder_path ?? '/';
     let name = row.filename;
     if (input.action === 'move') folder = normalizeFolderPath(input.destFolderPath as string);
     else {
       name = (input.newName as string).trim();
       const problem = nameProblem(name);
-      if (problem) throw badRequest(`Invalid file name "${name}": ${problem}`, 'INVALID_PATH');
+      if (problem) throw appError('INVALID_FILE_NAME', { name, problem });
     }
     if (folder === row.folder_path && name === row.filename) return this.toDto(row);
     await this.assertNoFileAt(workspaceId, folder);
@@ -470,11 +468,11 @@ export class StorageService {
   /** Renames a folder in place; its subfolders and files follow. */
   async renameFolder(workspaceId: string, folderPath: string, newName: string) {
     const from = normalizeFolderPath(folderPath);
-    if (from === '/') throw badRequest('The root folder cannot be renamed');
+    if (from === '/') throw appError('ROOT_FOLDER_RENAME');
     const name = newName.trim();
     const problem = nameProblem(name);
-    if (problem) throw badRequest(`Invalid folder name "${name}": ${problem}`, 'INVALID_PATH');
-    if (!(await this.folderExists(workspaceId, from))) throw notFound('Folder not found');
+    if (problem) throw appError('INVALID_FOLDER_NAME', { name, problem });
+    if (!(await this.folderExists(workspaceId, from))) throw appError('FOLDER_NOT_FOUND');
     const to = joinPath(parentOf(from), name);
     if (to === from) {
       const folder = await this.folderRow(workspaceId, from);
@@ -528,7 +526,7 @@ export class StorageService {
     | { folders: StorageFolderDto[]; files: StorageFileDto[] }
   > {
     const path = normalizeFolderPath(folderPath);
-    if (!(await this.folderExists(workspaceId, path))) throw notFound('Folder not found');
+    if (!(await this.folderExists(workspaceId, path))) throw appError('FOLDER_NOT_FOUND');
     const prefix = path === '/' ? '/' : `${path}/`;
     const n = prefix.length;
     const direct = form === 'children';
@@ -564,7 +562,7 @@ export class StorageService {
       'update workspaces set git_host_token = ?, updated_at = now() where id = ? returning id',
       [value, workspaceId],
     );
-    if (rows.length === 0) throw notFound(`Workspace not found: ${workspaceId}`);
+    if (rows.length === 0) throw appError('WORKSPACE_NOT_FOUND_NAMED', { workspace: workspaceId });
   }
 
   async getGitHostToken(workspaceId: string): Promise<string | null> {

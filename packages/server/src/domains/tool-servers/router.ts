@@ -8,7 +8,6 @@ import { ToolServersService } from './service.js';
 
 const BASE = '/workspaces/{workspaceId}/tool-servers';
 const tags = ['Tool servers'];
-export const TOOL_SERVERS_FORBIDDEN = 'Insufficient permissions to manage tool servers';
 const errors = {
   401: 'Authentication required',
   403: 'Insufficient permissions to manage tool servers; Access denied to workspace',
@@ -27,7 +26,7 @@ const inWorkspace = sessionProcedure.use(async ({ ctx, getRawInput, next }) => {
 });
 /** …and an owner or admin (connect, toggle, disconnect). */
 const managing = inWorkspace.use(({ ctx, next }) => {
-  requireManager(ctx.principal, TOOL_SERVERS_FORBIDDEN);
+  requireManager(ctx.principal, 'TOOL_SERVERS_FORBIDDEN');
   return next();
 });
 

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { openSecret, sealSecret } from '../../auth/secret-box.js';
-import { AppError, badRequest, conflict, notFound } from '../../http/errors.js';
+import { appError } from '../../errors/index.js';
 import { isUuid } from '../agents/config.js';
 import { guardedFetch, TOOL_RESPONSE_MAX_BYTES } from '../agents/guarded-fetch.js';
 import { loadMcpClient } from '../agents/mcp-client.js';
@@ -72,7 +72,7 @@ export async function probeMcpServer(
     return listed.tools.map((t) => ({ name: t.name, description: t.description ?? null }));
   } catch (err) {
     const reason = (err instanceof Error ? err.message : String(err)).slice(0, 300);
-    throw new AppError(400, `The MCP server did not answer: ${reason}`, 'TOOL_SERVER_UNREACHABLE', { url });
+    throw appError('TOOL_SERVER_UNREACHABLE', { reason, details: { url } });
   } finally {
     await client.close().catch(() => undefined);
   }
@@ -135,7 +135,7 @@ export class ToolServersService {
           workspaceId,
         ])
       : [];
-    if (!rows[0]) throw notFound('Tool server not found');
+    if (!rows[0]) throw appError('TOOL_SERVER_NOT_FOUND');
     return rows[0];
   }
 
@@ -149,14 +149,13 @@ export class ToolServersService {
     try {
       url = new URL(input.url);
     } catch {
-      throw badRequest('url must be an http(s) URL', 'URL_NOT_ALLOWED', { field: 'url' });
+      throw appError('TOOL_SERVER_URL_NOT_HTTP', { details: { field: 'url' } });
     }
     const existing = await this.em.execute(
       'select 1 from tool_servers where workspace_id = ? and lower(name) = lower(?)',
       [workspaceId, input.name],
     );
-    if (existing.length > 0)
-      throw conflict(`A tool server named "${input.name}" is already connected`, 'TOOL_SERVER_NAME_TAKEN');
+    if (existing.length > 0) throw appError('TOOL_SERVER_NAME_TAKEN', { name: input.name });
     const headers = input.authHeader ? { [input.authHeader.name]: input.authHeader.value } : {};
     const tools = await probeMcpServer(url.toString(), headers, this.policy);
     const id = randomUUID();
@@ -175,8 +174,7 @@ export class ToolServersService {
         userId,
       ],
     );
-    if (!rows[0])
-      throw conflict(`A tool server named "${input.name}" is already connected`, 'TOOL_SERVER_NAME_TAKEN');
+    if (!rows[0]) throw appError('TOOL_SERVER_NAME_TAKEN', { name: input.name });
     return toDto(rows[0]);
   }
 
@@ -186,16 +184,16 @@ export class ToolServersService {
       'update tool_servers set enabled = ?, updated_at = now() where id = ? and workspace_id = ? returning *',
       [enabled, id, workspaceId],
     );
-    if (!rows[0]) throw notFound('Tool server not found');
+    if (!rows[0]) throw appError('TOOL_SERVER_NOT_FOUND');
     return toDto(rows[0]);
   }
 
   async disconnect(workspaceId: string, id: string): Promise<void> {
-    if (!isUuid(id)) throw notFound('Tool server not found');
+    if (!isUuid(id)) throw appError('TOOL_SERVER_NOT_FOUND');
     const rows = await this.em.execute(
       'delete from tool_servers where id = ? and workspace_id = ? returning id',
       [id, workspaceId],
     );
-    if (rows.length === 0) throw notFound('Tool server not found');
+    if (rows.length === 0) throw appError('TOOL_SERVER_NOT_FOUND');
   }
 }

@@ -7,7 +7,7 @@ import {
   normalizeOrigin,
   widgetTokenDisplayPrefix,
 } from '../../auth/widget-tokens.js';
-import { badRequest, notFound } from '../../http/errors.js';
+import { appError } from '../../errors/index.js';
 import { APPS_PAGE, assertWorkspaceApp, clampPage } from '../apps/service.js';
 import {
   type CreateWidgetTokenInput,
@@ -63,7 +63,7 @@ export class WidgetTokensService {
     const origins: string[] = [];
     for (const o of input.allowedOrigins ?? []) {
       const n = normalizeOrigin(o);
-      if (!n) throw badRequest(`Invalid origin "${o}": use scheme://host[:port]`);
+      if (!n) throw appError('INVALID_ORIGIN', { o });
       if (!origins.includes(n)) origins.push(n);
     }
     const token = generateWidgetToken();
@@ -110,13 +110,13 @@ export class WidgetTokensService {
   }
 
   async revoke(tokenId: string): Promise<{ revoked: true; widgetToken: WidgetTokenDto }> {
-    if (!UUID.test(tokenId)) throw notFound('Widget token not found');
+    if (!UUID.test(tokenId)) throw appError('WIDGET_TOKEN_NOT_FOUND');
     const rows = await this.em.execute<TokenRow[]>(
       `update widget_tokens set revoked_at = coalesce(revoked_at, now())
         where id = ? and workspace_id = ? returning *`,
       [tokenId, this.principal.workspaceId],
     );
-    if (!rows[0]) throw notFound('Widget token not found');
+    if (!rows[0]) throw appError('WIDGET_TOKEN_NOT_FOUND');
     return { revoked: true, widgetToken: toDto(rows[0]) };
   }
 }

@@ -1,4 +1,4 @@
-import { badRequest } from '../../http/errors.js';
+import { appError } from '../../errors/index.js';
 
 /** Money is integer micro-dollars everywhere; dollars only at the edges. */
 export const MICROS_PER_USD = 1_000_000;
@@ -7,11 +7,11 @@ export const MICROS_PER_USD = 1_000_000;
 export function usdToMicros(input: string | number): number {
   const s = String(input).trim();
   const m = /^(\d+)(?:\.(\d{1,6}))?$/.exec(s);
-  if (!m) throw badRequest(`Invalid amount "${s}": use a non-negative number of dollars`);
+  if (!m) throw appError('INVALID_AMOUNT', { s });
   const whole = Number(m[1]);
   const frac = Number((m[2] ?? '').padEnd(6, '0'));
   const micros = whole * MICROS_PER_USD + frac;
-  if (!Number.isSafeInteger(micros)) throw badRequest(`Amount "${s}" is too large`);
+  if (!Number.isSafeInteger(micros)) throw appError('AMOUNT_IS_TOO_LARGE', { s });
   return micros;
 }
 
@@ -19,7 +19,7 @@ export function parseTokenQuota(input: string | number | null): number | null {
   if (input === null || input === 'unlimited' || input === 'none') return null;
   const n = Number(input);
   if (!Number.isSafeInteger(n) || n < 0) {
-    throw badRequest(`Invalid token quota "${input}": use a non-negative integer or "unlimited"`);
+    throw appError('INVALID_TOKEN_QUOTA', { input });
   }
   return n;
 }

@@ -11,7 +11,7 @@ import {
   LAST_USED_RESOLUTION_SECONDS,
 } from '../../auth/api-keys.js';
 import { apiKeyPrincipal, type Principal } from '../../auth/principal.js';
-import { AppError, badRequest, conflict, forbidden, notFound } from '../../http/errors.js';
+import { appError } from '../../errors/index.js';
 import { AppsService } from '../apps/service.js';
 import { MICROS_PER_USD } from './amounts.js';
 import {
@@ -96,7 +96,7 @@ export class WorkspacesService {
 
   async requireWorkspace(idOrName: string): Promise<Workspace> {
     const ws = await this.findWorkspace(idOrName);
-    if (!ws) throw notFound(`Workspace not found: ${idOrName}`);
+    if (!ws) throw appError('WORKSPACE_NOT_FOUND_NAMED', { workspace: idOrName });
     return ws;
   }
 
@@ -106,8 +106,8 @@ export class WorkspacesService {
 
   async createWorkspace(input: { name: string; monthlyTokenQuota?: number | null }): Promise<Workspace> {
     const name = input.name.trim();
-    if (!name) throw badRequest('Workspace name is required');
-    if (await this.findWorkspace(name)) throw conflict(`Workspace "${name}" already exists`);
+    if (!name) throw appError('WORKSPACE_NAME_REQUIRED');
+    if (await this.findWorkspace(name)) throw appError('WORKSPACE_ALREADY_EXISTS', { name });
     const ws = this.em.create(WorkspaceEntity, {
       id: randomUUID(),
       name,
@@ -126,7 +126,7 @@ export class WorkspacesService {
 
   async ensureUser(email: string, password?: string): Promise<{ id: string; created: boolean }> {
     const normalized = email.trim().toLowerCase();
-    if (!/^[^\s@]+@[^\s@]+$/.test(normalized)) throw badRequest(`Invalid email "${email}"`);
+    if (!/^[^\s@]+@[^\s@]+$/.test(normalized)) throw appError('EMAIL_MALFORMED', { email });
     const existing = await this.em.findOne(UserEntity, { email: normalized });
     if (existing) return { id: existing.id, created: false };
     const user = this.em.create(UserEntity, {
@@ -157,21 +157,21 @@ export class WorkspacesService {
     presetKey?: string;
   }): Promise<{ key: string; apiKey: ApiKey }> {
     if (input.presetKey !== undefined && !isWellFormedApiKey(input.presetKey)) {
-      throw badRequest('API key must be "svc_ai_" followed by 64 letters or digits');
+      throw appError('API_KEY_MALFORMED');
     }
     return this.em.transactional(async (em) => {
       // Lock the workspace row so concurrent creations cannot both pass the limit.
       const rows = await em.execute<{ id: string }[]>('select id from workspaces where id = ? for update', [
         input.workspaceId,
       ]);
-      if (rows.length === 0) throw notFound(`Workspace not found: ${input.workspaceId}`);
+      if (rows.length === 0) throw appError('WORKSPACE_NOT_FOUND_NAMED', { workspace: input.workspaceId });
       if (input.actingUserId) {
         const m = await em.findOne(MembershipEntity, {
           workspaceId: input.workspaceId,
           userId: input.actingUserId,
         });
         if (!m || (m.role !== 'owner' && m.role !== 'admin')) {
-          throw forbidden('Insufficient permissions to create API keys');
+          throw appError('KEY_MANAGEMENT_FORBIDDEN');
         }
       }
       const active = await em.count(ApiKeyEntity, {
@@ -179,16 +179,12 @@ export class WorkspacesService {
         revokedAt: null,
       });
       if (active >= MAX_ACTIVE_KEYS) {
-        throw new AppError(
-          400,
-          `A workspace can have at most ${MAX_ACTIVE_KEYS} active API keys`,
-          'API_KEY_LIMIT_REACHED',
-        );
+        throw appError('API_KEY_LIMIT_REACHED', { MAX_ACTIVE_KEYS });
       }
       const key = input.presetKey ?? generateApiKey();
       const keyHash = hashApiKey(key);
       if (await em.findOne(ApiKeyEntity, { keyHash })) {
-        throw conflict('This API key is already registered');
+        throw appError('API_KEY_TAKEN');
       }
       const apiKey = em.create(ApiKeyEntity, {
         id: randomUUID(),
@@ -213,7 +209,7 @@ export class WorkspacesService {
 
   async revokeApiKey(workspaceId: string, keyId: string): Promise<ApiKey> {
     const key = isUuid(keyId) ? await this.em.findOne(ApiKeyEntity, { id: keyId, workspaceId }) : null;
-    if (!key) throw notFound('API key not found');
+    if (!key) throw appError('API_KEY_NOT_FOUND');
     if (!key.revokedAt) {
       key.revokedAt = new Date();
       await this.em.flush();
@@ -224,7 +220,7 @@ export class WorkspacesService {
   /** Adds credits and writes the ledger line in one transaction. */
   async grantCredits(workspaceId: string, micros: number, reason = 'grant', ref?: string) {
     if (!Number.isSafeInteger(micros) || micros <= 0) {
-      throw badRequest('Credit amount must be greater than zero');
+      throw appError('CREDIT_AMOUNT_NOT_POSITIVE');
     }
     return this.em.transactional(async (em) => {
       const rows = await em.execute<{ credit_balance_micros: string }[]>(
@@ -232,7 +228,7 @@ export class WorkspacesService {
         [micros, workspaceId],
       );
       const row = rows[0];
-      if (!row) throw notFound(`Workspace not found: ${workspaceId}`);
+      if (!row) throw appError('WORKSPACE_NOT_FOUND_NAMED', { workspace: workspaceId });
       const balance = Number(row.credit_balance_micros);
       em.create(CreditLedgerEntity, {
         id: randomUUID(),
@@ -257,7 +253,7 @@ export class WorkspacesService {
     description?: string | null;
   }) {
     const name = input.name.trim();
-    if (!name) throw badRequest('name is required');
+    if (!name) throw appError('NAME_REQUIRED');
     const ws = await this.requireWorkspace(input.workspaceId);
     const operator: Principal = { workspaceId: ws.id, workspaceName: ws.name, via: 'session' };
     return new AppsService(this.em, operator).create({
