@@ -120,8 +120,14 @@ export const ConfigSchema = z.object({
   DOCUMENT_WORKERS: boundedInt(Math.max(1, os.availableParallelism() - 1), 0, 64),
   /** Heap of each extraction worker; a job that needs more fails with the limit named. */
   DOCUMENT_WORKER_MEMORY_MB: boundedInt(512, 64, 16_384),
-  /** Time a job may work (waiting for the main thread not counted); past it its worker is terminated. */
+  /** Wall time a job may hold its worker (CPU work only); past it its worker is terminated. */
   DOCUMENT_WORKER_TIMEOUT_MS: boundedInt(120_000, 100, 3_600_000),
+  /**
+   * Documents of one workspace in the extraction pipeline at once (waiting for a worker, being
+   * extracted, or being stored); past it an upload's file fails at once, a background indexing
+   * run waits (docs/rag.md, "Fairness").
+   */
+  DOCUMENT_QUEUE_PER_WORKSPACE: boundedInt(8, 1, 10_000),
   DOCUMENT_MAX_PDF_PAGES: boundedInt(2000, 1, 1_000_000),
   DOCUMENT_MAX_CSV_COLUMNS: boundedInt(2000, 1, 1_000_000),
   DOCUMENT_MAX_CSV_RECORD_BYTES: boundedInt(1024 * 1024, 1024, 1024 * 1024 * 1024),
@@ -167,7 +173,7 @@ export interface Config {
   rag: { monthlyQueryQuota: number | null; vectorIndex: 'auto' | 'memory' | 'sql'; vectorCacheMb: number };
   /** Untrusted documents (`DOCUMENT_*`): the extraction pool and the bounds of one document. */
   documents: {
-    pool: { workers: number; memoryMb: number; timeoutMs: number };
+    pool: { workers: number; memoryMb: number; timeoutMs: number; perWorkspace: number };
     limits: {
       maxPdfPages: number;
       maxCsvColumns: number;
@@ -234,6 +240,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
         workers: e.DOCUMENT_WORKERS,
         memoryMb: e.DOCUMENT_WORKER_MEMORY_MB,
         timeoutMs: e.DOCUMENT_WORKER_TIMEOUT_MS,
+        perWorkspace: e.DOCUMENT_QUEUE_PER_WORKSPACE,
       },
       limits: {
         maxPdfPages: e.DOCUMENT_MAX_PDF_PAGES,

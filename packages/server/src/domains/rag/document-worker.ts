@@ -1,83 +1,88 @@
 /**
  * The extraction worker (decision 0040): a thread of the document pool (`document-pool.ts`,
  * piscina) that extracts and chunks one untrusted document at a time, under the pool's memory
- * limit, and is terminated when it runs over its time. It reads the object's bytes from the
- * main thread and hands chunk batches back over the job's MessagePort, both with
- * backpressure.
+ * limit, and is terminated when it runs over its time. It does CPU work only: it reads the
+ * document from a local spool file the main thread filled before the job got its turn, and
+ * writes the chunk batches to a second spool file the main thread reads at its own pace (it
+ * embeds and stores them after the worker has moved on). It never waits for the main thread.
  */
-import { Readable } from 'node:stream';
+import fs from 'node:fs';
 import type { MessagePort } from 'node:worker_threads';
-import type { Chunk } from './chunk.js';
 import { type ChunkJob, documentBatches, ResumeMismatchError } from './document-chunks.js';
+import { RECORD_HEADER } from './document-spool.js';
 import { type InspectInput, inspectDocument } from './inspect.js';
 import { ExtractionError, LimitError } from './limits.js';
 
 export interface ExtractTask extends ChunkJob {
+  /** The document's bytes (a spool file the main thread wrote). */
+  input: string;
+  /** Where the batches go: records of a 4-byte big-endian length and a JSON array of chunks. */
+  output: string;
   port: MessagePort;
 }
 
-/** Worker → main thread. */
+export interface InspectTask extends InspectInput {
+  port: MessagePort;
+}
+
+/** Worker → main thread, while the job runs. */
 export type WorkerMessage =
   | { t: 'start' }
-  | { t: 'pull' }
-  | { t: 'chunks'; chunks: Chunk[] }
-  | { t: 'done' }
-  | { t: 'failed'; reason: 'limit' | 'invalid' | 'resume'; message: string };
+  /** The output spool holds whole records up to `end`. */
+  | { t: 'batch'; end: number };
 
-/** Main thread → worker. */
-export type MainMessage =
-  | { t: 'data'; bytes: Uint8Array }
-  | { t: 'end' }
-  | { t: 'error'; message: string }
-  | { t: 'ack' };
+/** The job's outcome (the task's result): the spool's final length, and the failure if any. */
+export type ExtractResult =
+  | { ok: true; end: number }
+  | { ok: false; end: number; reason: 'limit' | 'invalid' | 'resume' | 'read'; message: string };
 
-/** Batches handed out and not yet acknowledged before the worker waits. */
-export const BATCH_WINDOW = 2;
-
-export default async function extract(task: ExtractTask): Promise<void> {
+export default async function extract(task: ExtractTask): Promise<ExtractResult> {
   const { port } = task;
-  let acked = 0;
-  let onAck: (() => void) | undefined;
-  const body = new Readable({
-    read() {
-      port.postMessage({ t: 'pull' } satisfies WorkerMessage);
-    },
-  });
-  port.on('message', (m: MainMessage) => {
-    if (m.t === 'data') body.push(Buffer.from(m.bytes.buffer, m.bytes.byteOffset, m.bytes.byteLength));
-    else if (m.t === 'end') body.push(null);
-    else if (m.t === 'error') body.destroy(new Error(m.message));
-    else if (m.t === 'ack') {
-      acked++;
-      onAck?.();
-    }
-  });
   const post = (m: WorkerMessage) => port.postMessage(m);
   post({ t: 'start' });
-  let sent = 0;
+  const body = fs.createReadStream(task.input);
+  const out = fs.openSync(task.output, 'r+');
+  let readError: unknown;
+  body.once('error', (err) => {
+    readError = err;
+  });
+  let end = 0;
   try {
     for await (const chunks of documentBatches(body, task)) {
-      post({ t: 'chunks', chunks });
-      sent++;
-      while (sent - acked >= BATCH_WINDOW) {
-        await new Promise<void>((resolve) => {
-          onAck = resolve;
-        });
+      const json = Buffer.from(JSON.stringify(chunks));
+      const record = Buffer.allocUnsafe(RECORD_HEADER + json.length);
+      record.writeUInt32BE(json.length, 0);
+      json.copy(record, RECORD_HEADER);
+      for (let off = 0; off < record.length; ) {
+        off += fs.writeSync(out, record, off, record.length - off, end + off);
       }
+      end += record.length;
+      post({ t: 'batch', end });
     }
-    post({ t: 'done' });
+    return { ok: true, end };
   } catch (err) {
-    if (err instanceof ResumeMismatchError) post({ t: 'failed', reason: 'resume', message: err.message });
-    else if (err instanceof LimitError) post({ t: 'failed', reason: 'limit', message: err.message });
-    else if (err instanceof ExtractionError) post({ t: 'failed', reason: 'invalid', message: err.message });
-    else throw err;
+    const failed = (reason: 'limit' | 'invalid' | 'resume' | 'read', message: string): ExtractResult => ({
+      ok: false,
+      end,
+      reason,
+      message,
+    });
+    if (readError) return failed('read', 'the spooled document could not be read');
+    if (err instanceof ResumeMismatchError) return failed('resume', err.message);
+    if (err instanceof LimitError) return failed('limit', err.message);
+    if (err instanceof ExtractionError) return failed('invalid', err.message);
+    throw err;
   } finally {
     body.destroy();
+    fs.closeSync(out);
     port.close();
   }
 }
 
 /** The bounds a document's first (and, for a DOCX, last) bytes already show: the message, or null. */
-export async function inspect(input: InspectInput): Promise<string | null> {
+export async function inspect(task: InspectTask): Promise<string | null> {
+  const { port, ...input } = task;
+  port.postMessage({ t: 'start' } satisfies WorkerMessage);
+  port.close();
   return (await inspectDocument(input))?.message ?? null;
 }

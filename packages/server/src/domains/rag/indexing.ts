@@ -6,7 +6,7 @@ import type { RunExecution, RunExecutor, RunOutcome, RunRecord } from '../../run
 import { runStore } from '../../runs/index.js';
 import type { StorageFileDto } from '../storage/schema.js';
 import { isUuid, StorageService } from '../storage/service.js';
-import { documentPool } from './document-pool.js';
+import { documentPool, WorkerStartError } from './document-pool.js';
 import { documentKind, ExtractionError } from './extract.js';
 import { takeHead } from './first-bytes.js';
 import { HEAD_BYTES, HEAD_KINDS } from './inspect.js';
@@ -112,6 +112,7 @@ export async function requestIndexing(
       body.destroy();
       obj.body.destroy();
       const early = await documentPool(deps).inspect({
+        workspaceId: input.workspaceId,
         kind: kind.kind,
         limits: deps.config.documents.limits,
         head,
@@ -255,6 +256,8 @@ export function createRagIndexExecutor(deps: ServerDeps): RunExecutor {
           if (exec.signal.reason === 'cancelled') await markIndexCancelled(em, doc.id);
           throw err; // shutdown, lost lease: the next execution continues
         }
+        // Not the document's fault: thrown, so the run engine retries it (backoff, max attempts).
+        if (err instanceof WorkerStartError) throw err;
         const known = err instanceof ExtractionError || err instanceof AppError;
         const message = known ? err.message : 'Failed to index the document';
         if (!known) deps.log.error({ err, documentId: doc.id }, 'document indexing failed');

@@ -133,7 +133,7 @@ function receive(
         const pool = documentPool(deps);
         const limits = deps.config.documents.limits;
         const { head, body, discard } = await takeHead(stream, HEAD_BYTES);
-        const early = await pool.inspect({ kind: kind.kind, limits, head });
+        const early = await pool.inspect({ workspaceId: ws, kind: kind.kind, limits, head });
         if (early) {
           discard();
           details.push(refused(name, early.message));
@@ -182,6 +182,7 @@ function receive(
         // A DOCX's central directory, at its end: its part count and declared sizes.
         if (keeper && !over) {
           const late = await pool.inspect({
+            workspaceId: ws,
             kind: 'docx',
             limits,
             tail: keeper.tail(),

@@ -13,7 +13,9 @@ import { CHUNK_CHARS, type Chunk, chunkHash } from './chunk.js';
 import { ResumeMismatchError } from './document-chunks.js';
 import { documentPool } from './document-pool.js';
 import { type DocumentKind, documentKind, ExtractionError } from './extract.js';
+import type { Admission } from './fair-queue.js';
 import type { RagQueryInput, RagQueryResult, RagSource } from './schema.js';
+import { scopedSignal } from './scoped-signal.js';
 import { type VectorIndex, vectorIndexFor } from './vector-index.js';
 
 export const RAG_QUERY_ENDPOINT = '/rag/query';
@@ -491,6 +493,8 @@ export class RagService {
     apiKeyId?: string | null;
     runId?: string | null;
     signal?: AbortSignal;
+    /** Past the workspace's cap in the document pool: wait (background runs) or refuse (requests). */
+    admission?: Admission;
     resume?: { from: number; lastHash: string };
     onBatch?: (progress: { chunks: number; lastHash: string }) => Promise<void>;
   }): Promise<number> {
@@ -518,6 +522,8 @@ export class RagService {
       // Extracted and chunked in the document pool (decision 0040), batch by batch: each batch
       // is embedded and stored before the next is asked for.
       const batches = documentPool(this.deps).extract({
+        workspaceId: input.workspaceId,
+        admission: input.admission,
         kind: input.kind,
         body: input.body,
         limits: this.deps.config.documents.limits,
@@ -557,11 +563,14 @@ export class RagService {
   ): Promise<void> {
     let vectors: number[][] | undefined;
     if (model) {
-      const res = await this.deps.llm.embed(
-        model,
-        chunks.map((c) => c.content),
-        signal,
-      );
+      const call = scopedSignal(signal);
+      const res = await this.deps.llm
+        .embed(
+          model,
+          chunks.map((c) => c.content),
+          call.signal,
+        )
+        .finally(call.done);
       meter?.addUsage(res.usage);
       await meter?.check();
       vectors = res.vectors.map(unit);
@@ -611,6 +620,8 @@ export class RagService {
         requestId: ctx.requestId,
         endpoint: ctx.endpoint,
         signal: ctx.signal,
+        // A request answers at once past the workspace's cap in the pool (docs/rag.md, "Fairness").
+        admission: 'refuse',
       });
       await this.setStatus(doc.id, 'ready', { chunks });
     } catch (err) {
