@@ -6,6 +6,9 @@ import { appError } from '../errors/index.js';
 import type { LlmUsage, ModelInfo } from '../providers/llm.js';
 import { estimateTokens } from '../providers/openai-provider.js';
 import { cycleStart, nextCycleStart } from './cycle.js';
+import { FirstReplyGate } from './first-reply.js';
+import { holdCheck } from './hold-check.js';
+import { HoldLeases } from './holds.js';
 import type {
   GenerationInput,
   GenerationMeter as GenerationMeterContract,
@@ -37,6 +40,11 @@ export interface MeteringSettings {
   maxHoldOutputTokens: number;
   /** How long a hold outlives its process without a heartbeat (the run engine's lease). */
   holdLeaseMs: number;
+  /**
+   * How long requests wait for the first reply of a model on an endpoint before sizing their
+   * `/chat` quota reservation (`FirstReplyGate`); 0 turns the wait off. Default 5000.
+   */
+  firstReplyWaitMs?: number;
 }
 
 const int = (v: string | undefined, name: string, fallback: number): number => {
@@ -79,6 +87,7 @@ export function meteringSettingsFromEnv(env: Record<string, string | undefined>)
       int(env.METERING_MAX_HOLD_OUTPUT_TOKENS, 'METERING_MAX_HOLD_OUTPUT_TOKENS', 4096),
     ),
     holdLeaseMs: leaseMs(env.RUN_LEASE_MS),
+    firstReplyWaitMs: int(env.METERING_FIRST_REPLY_WAIT_MS, 'METERING_FIRST_REPLY_WAIT_MS', 5000),
   };
 }
 
@@ -343,10 +352,20 @@ export const estimatorKey = (modelId: string, endpoint: string) => `${modelId} $
  */
 export class OutputEstimator {
   private readonly recent = new Map<string, number[]>();
+  /** The first reply of each key: the requests that come while it is in flight wait for it. */
+  readonly firstReplies: FirstReplyGate;
 
   constructor(
-    private readonly settings: Pick<MeteringSettings, 'defaultOutputTokens' | 'maxHoldOutputTokens'>,
-  ) {}
+    private readonly settings: Pick<
+      MeteringSettings,
+      'defaultOutputTokens' | 'maxHoldOutputTokens' | 'firstReplyWaitMs'
+    >,
+  ) {
+    this.firstReplies = new FirstReplyGate(
+      (key) => (this.recent.get(key)?.length ?? 0) > 0,
+      settings.firstReplyWaitMs ?? 0,
+    );
+  }
 
   /** Notes the output tokens of a complete reply (`key`: `estimatorKey(model, endpoint)`). */
   observe(key: string, outputTokens: number): void {
@@ -381,64 +400,23 @@ export class OutputEstimator {
     return Math.min(10, Math.max(0.1, f));
   }
 
-  /** Output tokens to hold for one reply: the estimate, at most `maxTokens` and the cap. */
+  /**
+   * Output tokens to hold for one reply: the 90th percentile of the recent replies once 3 were
+   * seen; with 1 or 2 seen, twice the longest of them; with none, the
+   * configured default. At most `maxTokens` and the cap.
+   */
   expect(key: string, maxTokens?: number): number {
     const list = this.recent.get(key);
     let n = this.settings.defaultOutputTokens;
     if (list && list.length >= 3) {
       const sorted = [...list].sort((a, b) => a - b);
       n = sorted[Math.max(0, Math.ceil(sorted.length * 0.9) - 1)] as number;
+    } else if (list && list.length > 0) {
+      n = 2 * Math.max(...list);
     }
     n = Math.min(n, this.settings.maxHoldOutputTokens);
     if (maxTokens !== undefined && Number.isFinite(maxTokens) && maxTokens > 0) n = Math.min(n, maxTokens);
     return Math.max(1, Math.ceil(n));
-  }
-}
-
-/**
- * The holds this process has in flight, kept alive: every third of the lease their
- * `expires_at` moves on by one lease (one statement for all). A process that dies stops
- * doing so, and the run engine's sweep settles its holds once they expire.
- */
-export class HoldLeases {
-  private readonly live = new Set<string>();
-  private timer: NodeJS.Timeout | undefined;
-
-  constructor(
-    private readonly db: () => SqlExecutor,
-    private readonly leaseMs: number,
-  ) {}
-
-  add(id: string): void {
-    this.live.add(id);
-    if (!this.timer) {
-      this.timer = setInterval(() => void this.beat(), Math.max(200, Math.floor(this.leaseMs / 3)));
-      this.timer.unref();
-    }
-  }
-
-  delete(id: string): void {
-    this.live.delete(id);
-    if (this.live.size === 0 && this.timer) {
-      clearInterval(this.timer);
-      this.timer = undefined;
-    }
-  }
-
-  private async beat(): Promise<void> {
-    if (this.live.size === 0) return;
-    await this.db()
-      .execute(
-        `update credit_holds set expires_at = now() + (?::text || ' milliseconds')::interval
-          where id = any(?::uuid[])`,
-        [this.leaseMs, `{${[...this.live].join(',')}}`],
-      )
-      .catch(() => {});
-  }
-
-  stop(): void {
-    if (this.timer) clearInterval(this.timer);
-    this.timer = undefined;
   }
 }
 
@@ -577,6 +555,17 @@ export class GenerationMeter implements GenerationMeterContract {
     private readonly inputFactor = 1,
   ) {
     this.beginCall(rawInputTokens);
+    // Kept alive, its progress marked, while this process runs (`HoldLeases`).
+    if (holdId && input.meter === 'credits') metering.leases.add(holdId, () => this.progress());
+  }
+
+  /** What the generation has used so far (the progress mark a crash is settled from). */
+  progress(): { usedMicros: number; inputTokens: number; outputTokens: number } {
+    return {
+      usedMicros: this.costMicros(),
+      inputTokens: this.currentInputTokens(),
+      outputTokens: this.currentOutputTokens(),
+    };
   }
 
   private get key(): string {
@@ -626,7 +615,11 @@ export class GenerationMeter implements GenerationMeterContract {
    */
   addStreamedChars(chars: number): boolean {
     this.pendingChars += chars;
-    return this.currentOutputTokens() - this.lastCheckTokens >= this.metering.settings.creditCheckEveryTokens;
+    const tokens = this.currentOutputTokens();
+    return (
+      tokens - this.lastCheckTokens >= this.metering.settings.creditCheckEveryTokens ||
+      tokens >= this.checkAtTokens
+    );
   }
 
   private currentOutputTokens(): number {
@@ -649,29 +642,38 @@ export class GenerationMeter implements GenerationMeterContract {
   }
 
   /**
-   * Mid-stream credit check (credits meter): makes sure the hold covers the cost so far plus
-   * the next chunk of output, topping it up with one conditional statement when it does not
-   * (no round trip when it already does). The top-up may take the balance below zero by at
-   * most one hold's worth, so a reply under way finishes when the balance runs out; 402 when
-   * even that cannot cover it.
+   * Mid-stream credit check (credits meter), `holdCheck` (metering/hold-check.ts): the hold
+   * is topped up to the cost so far plus the next chunk when it does not cover that; when the
+   * balance cannot (other requests hold it), the reply goes on within what this hold covers and
+   * the next check comes as it runs out; only a reply that outgrows its hold when even the
+   * overdraft cannot top it up is refused (402).
    */
   async check(): Promise<void> {
     this.lastCheckTokens = this.currentOutputTokens();
     if (this.input.meter !== 'credits' || this.finished || !this.holdId) return;
-    const cost = this.costMicros();
-    const need = cost + this.metering.chunkMicros(this.input.model);
-    if (need <= this.held) return;
-    const topUp = need - this.held;
-    const ok = await this.metering.topUp(this.input.workspaceId, this.holdId, topUp, this.overdraftMicros, {
-      reason: this.input.endpoint,
-      ref: this.input.requestId,
-      usedMicros: cost,
-      inputTokens: this.currentInputTokens(),
+    const holdId = this.holdId;
+    const r = await holdCheck({
+      held: this.held,
+      costMicros: this.costMicros(),
+      chunkMicros: this.metering.chunkMicros(this.input.model),
       outputTokens: this.currentOutputTokens(),
+      outputPricePerMTok: this.input.model.outputPricePerMTok,
+      topUp: (micros, usedMicros, overdraft) =>
+        this.metering.topUp(this.input.workspaceId, holdId, micros, overdraft ? this.overdraftMicros : 0, {
+          reason: this.input.endpoint,
+          ref: this.input.requestId,
+          usedMicros,
+          inputTokens: this.currentInputTokens(),
+          outputTokens: this.currentOutputTokens(),
+        }),
     });
-    if (!ok) throw insufficientCredits(this.input.insufficientVariant);
-    this.held += topUp;
+    if (r.refused) throw insufficientCredits(this.input.insufficientVariant);
+    this.held = r.held;
+    this.checkAtTokens = r.checkAtTokens;
   }
+
+  /** Output tokens at which the next check is due however few streamed since the last (hold running out). */
+  private checkAtTokens = Number.POSITIVE_INFINITY;
 
   /**
    * Gives the whole hold back without a usage record: for a generation abandoned before
@@ -819,7 +821,7 @@ export class GenerationMeter implements GenerationMeterContract {
       failed: () => {
         this.finished = false;
         this.estimated = estimated;
-        this.metering.leases.add(holdId);
+        this.metering.leases.add(holdId, () => this.progress());
       },
     };
   }
@@ -1142,7 +1144,8 @@ export class PgMetering implements Metering {
               model: rec.model,
               inputTokens: Number(h.input_tokens),
               outputTokens: Number(h.output_tokens),
-              costMicros: Number(h.used_micros),
+              // What the hold paid for: the last progress mark, at most the hold.
+              costMicros: Math.min(Number(h.used_micros), Number(h.held_micros)),
               providerStatus: 'aborted',
               latencyMs: Date.now() - new Date(h.created_at).getTime(),
               componentLines: lines,
@@ -1475,7 +1478,6 @@ export class PgMetering implements Metering {
       opts.asyncCommit === true,
     );
     if (!ok) throw insufficientCredits(input.insufficientVariant);
-    this.leases.add(id);
     const meter = new GenerationMeter(this, input, held, id, rawInput, held, factor);
     meter.expectInput(expectedRaw);
     return meter;
@@ -1545,7 +1547,6 @@ export class PgMetering implements Metering {
         this.settings.holdLeaseMs,
       ],
       adopt: (full, heldMicros, inputTokens) => {
-        this.leases.add(id);
         const raw = Number.isFinite(inputTokens) && inputTokens > 0 ? Math.ceil(inputTokens) : 0;
         return new GenerationMeter(this, full, heldMicros, id, raw, heldMicros, factor);
       },

@@ -125,7 +125,10 @@ describe('a settlement inside the caller statement', () => {
       model,
     };
     const meter = await metering.startGeneration(input, { inputTokens: 100 });
-    expect(meter.heldMicros).toBe(120);
+    // The prompt plus the expected reply (twice the longest reply seen so far: 1 or 2 were).
+    expect(meter.heldMicros).toBe(metering.expectedHoldMicros(model, '/test', 100));
+    const held = meter.heldMicros;
+    expect(held).toBeGreaterThan(110);
     meter.addUsage({ inputTokens: 100, outputTokens: 5, estimated: false });
 
     // The caller's part fails after the settlement's CTEs ran (it reads their result).
@@ -140,7 +143,7 @@ describe('a settlement inside the caller statement', () => {
     ).rejects.toThrow();
     // Neither: the hold is still there, no refund, no record.
     expect(await holdsOf(ws.workspaceId)).toHaveLength(1);
-    expect(await ledgerOf(ws.workspaceId)).toEqual([['debit', -120, 'req_s1']]);
+    expect(await ledgerOf(ws.workspaceId)).toEqual([['debit', -held, 'req_s1']]);
     expect(await recordsOf(ws.workspaceId)).toEqual([]);
     // Finished meanwhile: no second settlement can be built.
     expect(meter.settlementInStatement('success')).toBeUndefined();
@@ -159,8 +162,8 @@ describe('a settlement inside the caller statement', () => {
     });
     expect(await holdsOf(ws.workspaceId)).toEqual([]);
     expect(await ledgerOf(ws.workspaceId)).toEqual([
-      ['debit', -120, 'req_s1'],
-      ['refund', 10, 'req_s1'],
+      ['debit', -held, 'req_s1'],
+      ['refund', held - 110, 'req_s1'],
     ]);
     const recs = await recordsOf(ws.workspaceId);
     expect(recs.map((r) => [r.provider_status, Number(r.cost_micros), r.api_key_id, r.request_id])).toEqual([
@@ -183,6 +186,7 @@ describe('a settlement inside the caller statement', () => {
       { workspaceId: ws.workspaceId, endpoint: '/test', requestId: 'req_s2', meter: 'credits', model },
       { inputTokens: 100 },
     );
+    const held = meter.heldMicros;
     await sql('delete from credit_holds where workspace_id = ?', [ws.workspaceId]);
     const stl = meter.settlementInStatement('success');
     if (!stl) throw new Error('expected a settlement');
@@ -194,7 +198,7 @@ describe('a settlement inside the caller statement', () => {
       costMicros: 100,
       short: false,
     });
-    expect(await ledgerOf(ws.workspaceId)).toEqual([['debit', -120, 'req_s2']]);
+    expect(await ledgerOf(ws.workspaceId)).toEqual([['debit', -held, 'req_s2']]);
     expect(await recordsOf(ws.workspaceId)).toEqual([]);
   });
 });

@@ -1,6 +1,7 @@
 import type { Principal } from '../auth/principal.js';
 import type { SqlExecutor } from '../db/sql.js';
 import type { LlmUsage, ModelInfo } from '../providers/llm.js';
+import type { FirstReplyGate } from './first-reply.js';
 
 /**
  * The metering contract every capability calls around model and image work (spec 1.11, 7, 8).
@@ -96,6 +97,8 @@ export interface Metering {
     observe(key: string, outputTokens: number): void;
     observeInput(key: string, estimated: number, reported: number): void;
     inputFactor(key: string): number;
+    /** The first reply of a key: requests that come while it is in flight wait for it (`FirstReplyGate`). */
+    readonly firstReplies: FirstReplyGate;
   };
   /**
    * Settles the credit holds of dead processes (lease expired) and drops expired `/chat`

@@ -3,6 +3,7 @@ import type { Principal } from '../../auth/principal.js';
 import type { ServerDeps } from '../../context.js';
 import { type AppError, appError } from '../../errors/index.js';
 import { toAppError } from '../../http/errors.js';
+import type { FirstReplyTicket } from '../../metering/first-reply.js';
 import { estimatorKey } from '../../metering/service.js';
 import type { LlmMessage, ModelInfo } from '../../providers/llm.js';
 import { estimateTokens, messageChars } from '../../providers/openai-provider.js';
@@ -19,6 +20,8 @@ export interface PreparedChat {
   cycleStart: Date;
   /** The quota reservation taken at admission (released by the usage record). */
   reservationId: string | null;
+  /** The process's first reply of this model: `done()` once its usage is recorded (`FirstReplyGate`). */
+  firstReply?: FirstReplyTicket;
 }
 
 /**
@@ -53,29 +56,43 @@ export class ChatService {
     } catch (err) {
       invalid = toAppError(err);
     }
-    // The quota reservation: the prompt (~4 characters per token) plus the expected reply.
-    const reserve = input && model ? this.reserveFor(input.messages, model) : 1;
-    const admission = await this.deps.poolMetering.admitKeyRequest(
-      hashApiKey(apiKey),
-      'chat',
-      !invalid,
-      reserve,
-    );
-    if (!admission) throw appError('INVALID_API_KEY');
-    onPrincipal?.(admission.principal);
-    if (invalid || !input || !model) throw invalid ?? appError('INVALID_REQUEST_BODY');
-    const headers = admission.limit();
-    admission.quota();
-    return {
-      principal: admission.principal,
-      prepared: {
-        model,
-        messages: input.messages,
-        headers,
-        cycleStart: admission.cycleStart,
-        reservationId: admission.reservationId,
-      },
-    };
+    // The first requests of a model wait for its first reply to be known (`FirstReplyGate`).
+    const ticket = input && model ? this.firstReply(model) : undefined;
+    const firstReply = ticket instanceof Promise ? await ticket : ticket;
+    try {
+      // The quota reservation: the prompt (~4 characters per token) plus the expected reply.
+      const reserve = input && model ? this.reserveFor(input.messages, model) : 1;
+      const admission = await this.deps.poolMetering.admitKeyRequest(
+        hashApiKey(apiKey),
+        'chat',
+        !invalid,
+        reserve,
+      );
+      if (!admission) throw appError('INVALID_API_KEY');
+      onPrincipal?.(admission.principal);
+      if (invalid || !input || !model) throw invalid ?? appError('INVALID_REQUEST_BODY');
+      const headers = admission.limit();
+      admission.quota();
+      return {
+        principal: admission.principal,
+        prepared: {
+          model,
+          messages: input.messages,
+          headers,
+          cycleStart: admission.cycleStart,
+          reservationId: admission.reservationId,
+          firstReply,
+        },
+      };
+    } catch (err) {
+      firstReply?.done();
+      throw err;
+    }
+  }
+
+  /** The ticket of `FirstReplyGate` for a `/chat` request on `model` (no promise once learned). */
+  private firstReply(model: ModelInfo): FirstReplyTicket | Promise<FirstReplyTicket> {
+    return this.deps.poolMetering.estimator.firstReplies.enter(estimatorKey(model.id, CHAT_ENDPOINT));
   }
 
   /** The quota reservation of a request: the prompt (corrected as learned) plus the expected reply. */
@@ -99,21 +116,28 @@ export class ChatService {
     const input = parseChatRequest(body);
     const model = this.deps.models.resolve('chat', input.model);
     const headers = await this.deps.poolMetering.rateLimit(principal.workspaceId, 'chat');
-    const quota = await this.deps.poolMetering.reserveQuota(
-      principal.workspaceId,
-      this.reserveFor(input.messages, model),
-    );
-    if (quota.quota !== null && !quota.reservationId) throw appError('TOKEN_LIMIT_EXCEEDED');
-    return {
-      principal,
-      prepared: {
-        model,
-        messages: input.messages,
-        headers,
-        cycleStart: quota.cycleStart,
-        reservationId: quota.reservationId,
-      },
-    };
+    const firstReply = await this.firstReply(model);
+    try {
+      const quota = await this.deps.poolMetering.reserveQuota(
+        principal.workspaceId,
+        this.reserveFor(input.messages, model),
+      );
+      if (quota.quota !== null && !quota.reservationId) throw appError('TOKEN_LIMIT_EXCEEDED');
+      return {
+        principal,
+        prepared: {
+          model,
+          messages: input.messages,
+          headers,
+          cycleStart: quota.cycleStart,
+          reservationId: quota.reservationId,
+          firstReply,
+        },
+      };
+    } catch (err) {
+      firstReply.done();
+      throw err;
+    }
   }
 
   /**
@@ -154,21 +178,25 @@ export class ChatService {
       usage.inputTokens,
       usage.outputTokens,
     );
-    await this.deps.poolMetering.record({
-      workspaceId: args.principal.workspaceId,
-      apiKeyId: args.principal.keyId ?? null,
-      requestId: args.requestId,
-      endpoint: CHAT_ENDPOINT,
-      model: prepared.model.id,
-      inputTokens: usage.inputTokens,
-      outputTokens: usage.outputTokens,
-      costMicros,
-      providerStatus: args.status,
-      latencyMs: args.latencyMs,
-      componentLines: lines,
-      meter: 'tokens',
-      cycleStart: prepared.cycleStart,
-      reservationId: prepared.reservationId,
-    });
+    await this.deps.poolMetering
+      .record({
+        workspaceId: args.principal.workspaceId,
+        apiKeyId: args.principal.keyId ?? null,
+        requestId: args.requestId,
+        endpoint: CHAT_ENDPOINT,
+        model: prepared.model.id,
+        inputTokens: usage.inputTokens,
+        outputTokens: usage.outputTokens,
+        costMicros,
+        providerStatus: args.status,
+        latencyMs: args.latencyMs,
+        componentLines: lines,
+        meter: 'tokens',
+        cycleStart: prepared.cycleStart,
+        reservationId: prepared.reservationId,
+      })
+      // The waiters of a first reply size their reservations once it is written (its
+      // reservation released, its tokens counted).
+      .finally(() => prepared.firstReply?.done());
   }
 }
