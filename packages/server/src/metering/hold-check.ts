@@ -42,7 +42,8 @@ export interface HoldCheckResult {
 export async function holdCheck(i: HoldCheckInput): Promise<HoldCheckResult> {
   const need = i.costMicros + i.chunkMicros;
   if (need <= i.held) return { refused: false, held: i.held, checkAtTokens: Number.POSITIVE_INFINITY };
-  const within = i.costMicros < i.held;
+  // What was streamed is still paid for by the hold (up to its last micro-dollar).
+  const within = i.costMicros <= i.held;
   // Within the hold: the free balance only. Past it: into the overdraft too.
   if (await i.topUp(need - i.held, i.costMicros, !within)) {
     return { refused: false, held: need, checkAtTokens: Number.POSITIVE_INFINITY };
