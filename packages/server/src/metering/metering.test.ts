@@ -127,15 +127,23 @@ describe('credit debits', () => {
     expect(await metering.balanceMicros(ws.workspaceId)).toBe(40);
     await stream(20); // cost 80, hold topped up to 100
     expect(await metering.balanceMicros(ws.workspaceId)).toBe(0);
-    // The balance is spent: the reply goes on, at most one hold (40) below zero.
-    await stream(10); // cost 100, hold 120
-    await stream(10); // cost 120, hold 140
+    // The balance is spent. Within its hold (cost 100 = hold 100) the reply goes on without a
+    // top-up (decision 0041); past it, at most one hold (40) below zero.
+    await stream(10); // cost 100, hold 100: the free balance cannot top it up, it goes on
+    expect(await metering.balanceMicros(ws.workspaceId)).toBe(0);
+    await stream(10); // cost 120, past the hold: topped up into the overdraft, hold 140
     expect(await metering.balanceMicros(ws.workspaceId)).toBe(-40);
-    await expect(stream(10)).rejects.toMatchObject({ status: 402, code: 'INSUFFICIENT_CREDITS' });
+    await stream(10); // cost 140 = hold 140: within what was held, it goes on
     expect(await metering.balanceMicros(ws.workspaceId)).toBe(-40);
-    // The caller ends the stream; what it streamed meanwhile (2 tokens) exceeds the hold and
-    // the overdraft: not taken, reported short.
-    for (let i = 0; i < 8; i++) meter.addStreamedChars(1);
+    // One token more outgrows the hold: a check is due at once, and the overdraft is spent.
+    let due = false;
+    for (let i = 0; i < 4; i++) due = meter.addStreamedChars(1) || due;
+    expect(due).toBe(true);
+    await expect(meter.check()).rejects.toMatchObject({ status: 402, code: 'INSUFFICIENT_CREDITS' });
+    expect(await metering.balanceMicros(ws.workspaceId)).toBe(-40);
+    // The caller ends the stream; what it streamed meanwhile (1 more token) exceeds the hold
+    // and the overdraft: not taken, reported short.
+    for (let i = 0; i < 4; i++) meter.addStreamedChars(1);
     const done = await meter.finish('error');
     expect(done).toEqual({ costMicros: 144, short: true });
     expect(await meter.finish('error')).toEqual({ costMicros: 0, short: false });
@@ -148,8 +156,7 @@ describe('credit debits', () => {
       ['debit', -40],
       ['debit', -20],
       ['debit', -40],
-      ['debit', -20],
-      ['debit', -20],
+      ['debit', -40],
     ]);
     expect(await sql('select 1 from credit_holds where workspace_id = ?', [ws.workspaceId])).toHaveLength(0);
     const [rec] = await sql<Record<string, unknown>>('select * from usage_records where workspace_id = ?', [
@@ -331,31 +338,41 @@ describe('credit debits', () => {
     const held = 30 + 2 * metering.estimator.expect(estimatorKey(model.id, '/test'), 100);
     expect(meter.heldMicros).toBe(held);
     for (let t = 0; t < 5; t++) if (meter.addStreamedChars(4)) await meter.check(); // within the hold
-    // The process "dies": no more heartbeat, the lease runs out.
+    // Its progress marked (the heartbeat's, every second): the input (30) and 5 tokens (10).
+    await metering.leases.beat();
+    const [mark] = await sql<{ used_micros: string; output_tokens: string }>(
+      'select used_micros, output_tokens from credit_holds where id = ?',
+      [meter.holdId],
+    );
+    expect([Number(mark?.used_micros), Number(mark?.output_tokens)]).toEqual([40, 5]);
+    // The process "dies": no more heartbeat (one in flight is waited for), the lease runs out.
     metering.leases.delete(meter.holdId as string);
+    await metering.leases.beat();
     await sql(`update credit_holds set expires_at = now() - interval '1 second' where id = ?`, [
       meter.holdId,
     ]);
     expect(await metering.settleExpired()).toBeGreaterThanOrEqual(1);
-    // Used at the last record of the hold: the input (30); the rest comes back.
-    expect(await metering.balanceMicros(ws.workspaceId)).toBe(1000 - 30);
+    // Used at the last mark of the hold: the input (30) and the 5 tokens streamed (10); the
+    // rest comes back.
+    expect(await metering.balanceMicros(ws.workspaceId)).toBe(1000 - 40);
     const ledger = await sql<{ amount_micros: string; kind: string; ref: string }>(
       "select amount_micros, kind, ref from credit_ledger where workspace_id = ? and kind <> 'grant' order by created_at, kind",
       [ws.workspaceId],
     );
     expect(ledger.map((l) => [l.kind, Number(l.amount_micros), l.ref])).toEqual([
       ['debit', -held, 'crashed'],
-      ['refund', held - 30, 'crashed'],
+      ['refund', held - 40, 'crashed'],
     ]);
     const [rec] = await sql<Record<string, unknown>>('select * from usage_records where workspace_id = ?', [
       ws.workspaceId,
     ]);
     expect(rec).toMatchObject({ provider_status: 'aborted', request_id: 'crashed', meter: 'credits' });
     expect(Number(rec?.input_tokens)).toBe(30);
-    expect(Number(rec?.cost_micros)).toBe(30);
+    expect(Number(rec?.output_tokens)).toBe(5);
+    expect(Number(rec?.cost_micros)).toBe(40);
     // A late finish of the "dead" meter settles and records nothing more.
     await meter.finish('aborted');
-    expect(await metering.balanceMicros(ws.workspaceId)).toBe(1000 - 30);
+    expect(await metering.balanceMicros(ws.workspaceId)).toBe(1000 - 40);
     expect(await sql('select 1 from usage_records where workspace_id = ?', [ws.workspaceId])).toHaveLength(1);
   });
 });
