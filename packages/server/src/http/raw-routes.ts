@@ -8,6 +8,7 @@ import { artifactRoutes } from '../domains/artifacts/routes.js';
 import { chatRoutes } from '../domains/chat/routes.js';
 import { oidcRoutes } from '../domains/identity/oidc-routes.js';
 import { imageRoutes } from '../domains/image/routes.js';
+import { openAiRoutes } from '../domains/openai/routes.js';
 import { ragRoutes } from '../domains/rag/routes.js';
 import { storageRoutes } from '../domains/storage/routes.js';
 
@@ -60,4 +61,5 @@ export const rawRouteModules: RawRouteModule[] = [
   imageRoutes,
   ragRoutes,
   oidcRoutes,
+  openAiRoutes,
 ];

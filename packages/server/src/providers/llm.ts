@@ -57,7 +57,49 @@ export interface ChatRequest {
   maxTokens?: number;
   /** Structured output: a JSON Schema the reply must follow. */
   responseSchema?: { name: string; schema: Record<string, unknown> };
+  /**
+   * Sampling and output options of the OpenAI-compatible surface (`/openai/chat/completions`),
+   * sent upstream under their OpenAI names as given (validated by that surface).
+   */
+  passthrough?: ChatPassthrough;
   signal?: AbortSignal;
+}
+
+/** OpenAI chat-completions options forwarded as they are (snake_case, OpenAI's shapes). */
+export interface ChatPassthrough {
+  top_p?: number;
+  stop?: string | string[];
+  seed?: number;
+  user?: string;
+  frequency_penalty?: number;
+  presence_penalty?: number;
+  tool_choice?: 'none' | 'auto' | 'required' | { type: 'function'; function: { name: string } };
+  parallel_tool_calls?: boolean;
+  response_format?:
+    | { type: 'text' }
+    | { type: 'json_object' }
+    | {
+        type: 'json_schema';
+        json_schema: {
+          name: string;
+          description?: string;
+          schema?: Record<string, unknown>;
+          strict?: boolean | null;
+        };
+      };
+  max_completion_tokens?: number;
+  tools?: {
+    type: 'function';
+    function: { name: string; description?: string; parameters?: Record<string, unknown>; strict?: boolean };
+  }[];
+}
+
+/** A fragment of a streamed tool call, as the upstream sent it (`delta.tool_calls[]`). */
+export interface ToolCallDelta {
+  index: number;
+  id?: string;
+  name?: string;
+  arguments?: string;
 }
 
 /** One part of a streamed reply, in order; `usage` and then `finish` come last. */
@@ -92,7 +134,11 @@ export interface LlmProvider {
     req: ChatRequest,
     onText: (text: string) => void,
     progress?: { textChars: number; started: boolean },
-    options?: { coalesce?: boolean },
+    options?: {
+      coalesce?: boolean;
+      /** Called per tool-call fragment as it arrives (text gathered before it is handed over first). */
+      onToolCallDelta?: (delta: ToolCallDelta) => void;
+    },
   ): Promise<{ usage: LlmUsage; finishReason: string; toolCalls: ToolCall[]; textChars: number }>;
   embed(
     model: ModelInfo,

@@ -14,6 +14,7 @@ import type {
   LlmUsage,
   ModelInfo,
   ToolCall,
+  ToolCallDelta,
 } from './llm.js';
 import type { StaticModelCatalog } from './models.js';
 import { postEventStream, UpstreamHttpError, UpstreamStreamError } from './sse-client.js';
@@ -117,6 +118,7 @@ function buildParams(req: ChatRequest): Omit<ChatCompletionCreateParams, 'stream
       json_schema: { name: req.responseSchema.name, schema: req.responseSchema.schema, strict: true },
     };
   }
+  if (req.passthrough) Object.assign(params, req.passthrough);
   return params;
 }
 
@@ -151,6 +153,7 @@ class ChunkAccumulator {
     private readonly progress: StreamProgress,
     /** Hand text over per network read (`flush`) instead of per delta. */
     private readonly coalesce: boolean,
+    private readonly onToolCallDelta?: (delta: ToolCallDelta) => void,
   ) {}
 
   add(chunk: ChatCompletionChunk): void {
@@ -174,6 +177,15 @@ class ChunkAccumulator {
           if (tc.id) slot.id = tc.id;
           if (tc.function?.name) slot.name += tc.function.name;
           if (tc.function?.arguments) slot.arguments += tc.function.arguments;
+          if (this.onToolCallDelta) {
+            // Text that came before the fragment goes out before it.
+            this.flush();
+            const d: ToolCallDelta = { index: tc.index };
+            if (tc.id) d.id = tc.id;
+            if (tc.function?.name) d.name = tc.function.name;
+            if (tc.function?.arguments) d.arguments = tc.function.arguments;
+            this.onToolCallDelta(d);
+          }
         }
       }
       if (choice.finish_reason) this.finishReason = choice.finish_reason;
@@ -299,9 +311,9 @@ export class OpenAiLlmProvider implements LlmProvider {
     req: ChatRequest,
     onText: (text: string) => void,
     progress: StreamProgress = { textChars: 0, started: false },
-    options: { coalesce?: boolean } = {},
+    options: { coalesce?: boolean; onToolCallDelta?: (delta: ToolCallDelta) => void } = {},
   ): Promise<StreamTextResult> {
-    const acc = new ChunkAccumulator(onText, progress, options.coalesce ?? false);
+    const acc = new ChunkAccumulator(onText, progress, options.coalesce ?? false, options.onToolCallDelta);
     const body = { ...buildParams(req), stream: true as const, stream_options: { include_usage: true } };
     try {
       if (this.settings.streaming === 'sdk') {

@@ -185,8 +185,9 @@ export class TurnExecutor implements RunExecutor {
       if (this.kind === 'turn' && run.sessionId && preloaded && !run.state) {
         // What the next turn's admission holds for its first call (decision 0029): the
         // first call's prompt besides the user's message, when nothing else varies per turn.
-        if (config.capabilities.memory.enabled) turnHoldGuesses.delete(run.sessionId);
-        else {
+        if (config.capabilities.memory.enabled || Array.isArray(run.input.history)) {
+          turnHoldGuesses.delete(run.sessionId);
+        } else {
           turnHoldGuesses.set(run.sessionId, {
             agentId: agent.id,
             agentUpdatedAt: String(preloaded.updated_at),
@@ -266,6 +267,8 @@ export class TurnExecutor implements RunExecutor {
         messages.push({ role: h.role as 'user' | 'assistant', content: h.content as string });
       }
     }
+    // A conversation the turn was seeded with (the OpenAI-compatible surface, a new session).
+    if (Array.isArray(run.input.history)) messages.push(...(run.input.history as LlmMessage[]));
     messages.push({ role: 'user', content: String(run.input.message ?? '') });
     return { messages, iterations: 0, elapsedMs: 0, pending: [] };
   }

@@ -5,7 +5,7 @@ import type { ServerDeps } from '../../context.js';
 import { appError } from '../../errors/index.js';
 import { insufficientCredits, rateLimitHeaders } from '../../metering/service.js';
 import type { Metering } from '../../metering/types.js';
-import type { ModelCatalog } from '../../providers/llm.js';
+import type { LlmMessage, ModelCatalog } from '../../providers/llm.js';
 import { isTransientConflict, isUniqueViolation, type RunRecord, runStore } from '../../runs/index.js';
 import { catalogService } from '../catalogs/service.js';
 import { connectedServers } from '../tool-servers/service.js';
@@ -431,7 +431,17 @@ export class AgentsService {
    */
   async startTurn(
     sessionId: string,
-    input: { message: string; model?: string; concurrency: (typeof CONCURRENCY_POLICIES)[number] },
+    input: {
+      message: string;
+      model?: string;
+      concurrency: (typeof CONCURRENCY_POLICIES)[number];
+      /**
+       * Earlier messages the turn's model call sees before `message` (after the agent's prompt
+       * and its memory): the OpenAI-compatible surface seeds a new session with a request's
+       * conversation this way.
+       */
+      history?: LlmMessage[];
+    },
     ctx: { requestId: string },
   ): Promise<RunRecord> {
     if (input.concurrency === 'interrupt') return this.startInterruptingTurn(sessionId, input, ctx);
@@ -446,6 +456,7 @@ export class AgentsService {
       model: input.model ?? null,
       apiKeyId: this.principal.keyId ?? null,
       requestId: ctx.requestId,
+      ...(input.history?.length ? { history: input.history } : {}),
     };
     // Session lookup, the concurrency check, the user message, the run and (with a free turn
     // slot here) its lease: one statement. A concurrent admission that started a turn of the

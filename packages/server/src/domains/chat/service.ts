@@ -12,6 +12,8 @@ import { type ChatRequestInput, parseChatRequest } from './schema.js';
 export const CHAT_ENDPOINT = '/chat';
 
 export interface PreparedChat {
+  /** Endpoint of the usage record and of the reply-length estimate (`/chat` unless told). */
+  endpoint: string;
   model: ModelInfo;
   messages: LlmMessage[];
   /** RateLimit-* headers for the successful response. */
@@ -25,12 +27,32 @@ export interface PreparedChat {
 }
 
 /**
+ * How another route doing `/chat`'s work (the OpenAI-compatible surface) reads its body: the
+ * messages and model, or the 400 it earns (thrown), and the endpoint its usage is recorded under.
+ */
+export interface ChatParse {
+  parse(body: unknown): { messages: LlmMessage[]; model: ModelInfo };
+  endpoint: string;
+}
+
+const NATIVE_PARSE = (deps: ServerDeps): ChatParse => ({
+  parse(body) {
+    const input: ChatRequestInput = parseChatRequest(body);
+    return { messages: input.messages, model: deps.models.resolve('chat', input.model) };
+  },
+  endpoint: CHAT_ENDPOINT,
+});
+
+/**
  * `/chat` (spec 4.1): token-metered against the workspace's monthly quota, rate limited per
  * workspace. The route streams; this holds the checks and the accounting, no req/res. Its
  * statements run on the plain pool (`db/sql.ts`), off the ORM: this is the hot path.
  */
 export class ChatService {
-  constructor(private readonly deps: ServerDeps) {}
+  private readonly native: ChatParse;
+  constructor(private readonly deps: ServerDeps) {
+    this.native = NATIVE_PARSE(deps);
+  }
 
   /**
    * Everything before the upstream call, with one database statement: 401 `Invalid API key`,
@@ -45,23 +67,24 @@ export class ChatService {
     bodyError?: AppError,
     /** Told who is calling as soon as the key resolves (the access log's workspace, also on a 400). */
     onPrincipal?: (principal: Principal) => void,
+    /** How the body is read (default: `/chat`'s rules). */
+    how: ChatParse = this.native,
   ): Promise<{ principal: Principal; prepared: PreparedChat }> {
     let invalid: AppError | undefined;
-    let input: ChatRequestInput | undefined;
+    let input: { messages: LlmMessage[] } | undefined;
     let model: ModelInfo | undefined;
     try {
       if (bodyError) throw bodyError;
-      input = parseChatRequest(body);
-      model = this.deps.models.resolve('chat', input.model);
+      ({ model, ...input } = how.parse(body));
     } catch (err) {
       invalid = toAppError(err);
     }
     // The first requests of a model wait for its first reply to be known (`FirstReplyGate`).
-    const ticket = input && model ? this.firstReply(model) : undefined;
+    const ticket = input && model ? this.firstReply(model, how.endpoint) : undefined;
     const firstReply = ticket instanceof Promise ? await ticket : ticket;
     try {
       // The quota reservation: the prompt (~4 characters per token) plus the expected reply.
-      const reserve = input && model ? this.reserveFor(input.messages, model) : 1;
+      const reserve = input && model ? this.reserveFor(input.messages, model, how.endpoint) : 1;
       const admission = await this.deps.poolMetering.admitKeyRequest(
         hashApiKey(apiKey),
         'chat',
@@ -76,6 +99,7 @@ export class ChatService {
       return {
         principal: admission.principal,
         prepared: {
+          endpoint: how.endpoint,
           model,
           messages: input.messages,
           headers,
@@ -91,13 +115,13 @@ export class ChatService {
   }
 
   /** The ticket of `FirstReplyGate` for a `/chat` request on `model` (no promise once learned). */
-  private firstReply(model: ModelInfo): FirstReplyTicket | Promise<FirstReplyTicket> {
-    return this.deps.poolMetering.estimator.firstReplies.enter(estimatorKey(model.id, CHAT_ENDPOINT));
+  private firstReply(model: ModelInfo, endpoint: string): FirstReplyTicket | Promise<FirstReplyTicket> {
+    return this.deps.poolMetering.estimator.firstReplies.enter(estimatorKey(model.id, endpoint));
   }
 
   /** The quota reservation of a request: the prompt (corrected as learned) plus the expected reply. */
-  private reserveFor(messages: LlmMessage[], model: ModelInfo): number {
-    const key = estimatorKey(model.id, CHAT_ENDPOINT);
+  private reserveFor(messages: LlmMessage[], model: ModelInfo, endpoint: string): number {
+    const key = estimatorKey(model.id, endpoint);
     const est = this.deps.poolMetering.estimator;
     return Math.ceil(estimateTokens(messageChars(messages)) * est.inputFactor(key)) + est.expect(key);
   }
@@ -116,16 +140,17 @@ export class ChatService {
     const input = parseChatRequest(body);
     const model = this.deps.models.resolve('chat', input.model);
     const headers = await this.deps.poolMetering.rateLimit(principal.workspaceId, 'chat');
-    const firstReply = await this.firstReply(model);
+    const firstReply = await this.firstReply(model, CHAT_ENDPOINT);
     try {
       const quota = await this.deps.poolMetering.reserveQuota(
         principal.workspaceId,
-        this.reserveFor(input.messages, model),
+        this.reserveFor(input.messages, model, CHAT_ENDPOINT),
       );
       if (quota.quota !== null && !quota.reservationId) throw appError('TOKEN_LIMIT_EXCEEDED');
       return {
         principal,
         prepared: {
+          endpoint: CHAT_ENDPOINT,
           model,
           messages: input.messages,
           headers,
@@ -164,7 +189,7 @@ export class ChatService {
             outputTokens: estimateTokens(args.streamedChars),
           }
         : { inputTokens: 0, outputTokens: 0 });
-    const key = estimatorKey(prepared.model.id, CHAT_ENDPOINT);
+    const key = estimatorKey(prepared.model.id, prepared.endpoint);
     if (args.status === 'success') this.deps.poolMetering.estimator.observe(key, usage.outputTokens);
     if (args.usage) {
       this.deps.poolMetering.estimator.observeInput(
@@ -183,7 +208,7 @@ export class ChatService {
         workspaceId: args.principal.workspaceId,
         apiKeyId: args.principal.keyId ?? null,
         requestId: args.requestId,
-        endpoint: CHAT_ENDPOINT,
+        endpoint: prepared.endpoint,
         model: prepared.model.id,
         inputTokens: usage.inputTokens,
         outputTokens: usage.outputTokens,

@@ -1,0 +1,209 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { bearerToken, isWellFormedApiKey } from '../../auth/api-keys.js';
+import type { Principal } from '../../auth/principal.js';
+import type { ServerDeps } from '../../context.js';
+import { jsonReader, readJsonBody } from '../../http/json-body.js';
+import type { ModelInfo } from '../../providers/llm.js';
+import { isAbortError } from '../../providers/openai-provider.js';
+import { type ChatParse, ChatService, type PreparedChat } from '../chat/service.js';
+import { agentCompletion } from './agent-model.js';
+import { type CompletionRequest, parseCompletionRequest } from './chat-request.js';
+import { ChunkWriter, completionObject, usageOf } from './completion-writer.js';
+import {
+  modelNotFound,
+  OpenAiError,
+  sendOpenAiError,
+  toOpenAiError,
+  withOpenAiRateHeaders,
+} from './errors.js';
+
+/** Endpoint of this surface's chat usage records (metered as `/chat`, told apart in usage). */
+export const COMPLETIONS_ENDPOINT = '/openai/chat/completions';
+
+/** Bodies above this are refused with 413 (a long conversation with tool results fits). */
+export const COMPLETIONS_BODY_LIMIT = '4mb';
+
+/** A Node request as the fast path and express both hand it over. */
+export type OpenAiRequest = IncomingMessage & {
+  requestId?: string;
+  principal?: Principal;
+  body?: unknown;
+  consoleApi?: boolean;
+};
+
+export const API_KEYS_ONLY = new OpenAiError(
+  401,
+  'This surface takes workspace API keys only (Authorization: Bearer svc_ai_…); widget tokens and console sessions are refused.',
+  'invalid_request_error',
+  null,
+  'invalid_api_key',
+);
+
+/** The well-formed API key of a request, or the 401 this surface answers. */
+export function requireApiKey(req: OpenAiRequest): string {
+  if (req.consoleApi) throw API_KEYS_ONLY;
+  const key = bearerToken(req.headers.authorization);
+  if (!key || !isWellFormedApiKey(key)) throw API_KEYS_ONLY;
+  return key;
+}
+
+/** A chat model of the catalog by its public id; 404 `model_not_found` otherwise. */
+export function resolveChatModel(deps: ServerDeps, id: string): ModelInfo {
+  const model = deps.models.list('chat').find((m) => m.id === id);
+  if (!model) throw modelNotFound(id);
+  return model;
+}
+
+/**
+ * `POST /openai/chat/completions`. A model of the catalog is `/chat`'s work in OpenAI's shapes:
+ * one statement before the upstream call (key, the `chat` rate-limit unit, the monthly token
+ * quota reservation; `ChatService.prepare`), the upstream stream read by the provider's fast
+ * path with tool-call fragments handed on as they come, and the usage record after the end. An
+ * `agent/<agentId>` model runs a managed-agent turn (`agent-model.ts`).
+ */
+export function completionsHandler(deps: ServerDeps) {
+  const service = new ChatService(deps);
+  const reader = jsonReader(COMPLETIONS_BODY_LIMIT);
+  return async (req: OpenAiRequest, res: ServerResponse): Promise<void> => {
+    const started = Date.now();
+    const requestId = req.requestId ?? '';
+    const ac = new AbortController();
+    let clientGone = false;
+    res.on('close', () => {
+      if (!res.writableFinished) {
+        clientGone = true;
+        ac.abort();
+      }
+    });
+    let principal: Principal;
+    let prepared: PreparedChat;
+    let request: CompletionRequest | undefined;
+    try {
+      const apiKey = requireApiKey(req);
+      const { body, error } = await readJsonBody(reader, req, res);
+      let parsed: CompletionRequest | undefined;
+      let invalid: unknown;
+      if (!error) {
+        try {
+          parsed = parseCompletionRequest(body);
+        } catch (err) {
+          // Reported after the key is checked (`prepare`).
+          invalid = err;
+        }
+        // An agent model takes its own path (its checks are a turn's, not `/chat`'s).
+        if (parsed?.agentId !== undefined) {
+          await agentCompletion(deps, req, res, apiKey, parsed);
+          return;
+        }
+      }
+      const how: ChatParse = {
+        endpoint: COMPLETIONS_ENDPOINT,
+        parse() {
+          if (!parsed) throw invalid;
+          request = parsed;
+          return { messages: parsed.messages, model: resolveChatModel(deps, parsed.model) };
+        },
+      };
+      ({ principal, prepared } = await service.prepare(
+        apiKey,
+        body,
+        error,
+        (p) => {
+          req.principal = p;
+        },
+        how,
+      ));
+    } catch (err) {
+      sendOpenAiError(res, err);
+      return;
+    }
+    const r = request as CompletionRequest;
+    const headers = withOpenAiRateHeaders(prepared.headers);
+    const progress = { textChars: 0, started: false };
+    let toolChars = 0;
+    let status: 'success' | 'error' | 'aborted' = 'success';
+    let usage: { inputTokens: number; outputTokens: number } | undefined;
+    const writer = r.stream ? new ChunkWriter(res, r.model, r.includeUsage, headers) : undefined;
+    if (clientGone) {
+      // Gone before the model was called: nothing was sent upstream; only the quota
+      // reservation, if one was taken, is given back (through an empty usage record).
+      if (!prepared.reservationId) return;
+      status = 'aborted';
+    } else {
+      try {
+        let text = '';
+        const result = await deps.llm.streamText(
+          {
+            model: prepared.model,
+            messages: prepared.messages,
+            signal: ac.signal,
+            ...(r.temperature !== undefined ? { temperature: r.temperature } : {}),
+            ...(r.maxTokens !== undefined ? { maxTokens: r.maxTokens } : {}),
+            passthrough: r.passthrough,
+          },
+          writer
+            ? (t) => {
+                if (!clientGone) writer.text(t);
+              }
+            : (t) => {
+                text += t;
+              },
+          progress,
+          {
+            coalesce: true,
+            onToolCallDelta: (d) => {
+              toolChars += (d.name?.length ?? 0) + (d.arguments?.length ?? 0);
+              if (writer && !clientGone) writer.toolDelta(d);
+            },
+          },
+        );
+        usage = result.usage.estimated ? undefined : result.usage;
+        if (clientGone) status = 'aborted';
+        else {
+          const u = usageOf(result.usage.inputTokens, result.usage.outputTokens);
+          if (writer) writer.finish(result.finishReason, u);
+          else {
+            const body = JSON.stringify(
+              completionObject({
+                model: r.model,
+                text,
+                toolCalls: result.toolCalls,
+                finishReason: result.finishReason,
+                usage: u,
+              }),
+            );
+            res.writeHead(200, {
+              ...headers,
+              'Content-Type': 'application/json; charset=utf-8',
+              'Content-Length': String(Buffer.byteLength(body)),
+            });
+            res.end(body);
+          }
+        }
+      } catch (err) {
+        if (clientGone || isAbortError(err)) status = 'aborted';
+        else {
+          status = 'error';
+          const e = toOpenAiError(err);
+          if (e.status >= 500 && e.status !== 502)
+            deps.log.error({ err, requestId }, 'chat completion failed');
+          if (writer?.headersSent) writer.fail(e);
+          else sendOpenAiError(res, e);
+        }
+      }
+    }
+    // Every path past the checks records usage.
+    service
+      .record({
+        principal,
+        requestId,
+        prepared,
+        status,
+        usage,
+        streamedChars: progress.textChars + toolChars,
+        producedOutput: progress.started,
+        latencyMs: Date.now() - started,
+      })
+      .catch((err: unknown) => deps.log.error({ err, requestId }, 'recording chat usage failed'));
+  };
+}
