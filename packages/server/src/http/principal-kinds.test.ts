@@ -58,7 +58,14 @@ const RULES: { name: string; match: RegExp; kinds: PrincipalKind[] }[] = [
   { name: 'widget token issuance (extension)', match: /^\/widget-tokens(\/|$)/, kinds: ['apiKey'] },
   { name: '/me (extension)', match: /^\/me$/, kinds: ['apiKey'] },
   { name: 'model catalog (extension)', match: /^\/models$/, kinds: ['apiKey'] },
+  { name: 'OpenAI-compatible surface (issue 40: API keys only)', match: /^\/openai\//, kinds: ['apiKey'] },
 ];
+
+/**
+ * Refused on the console's mount too (decision 0047): the OpenAI-compatible surface is for
+ * integrators' clients, which hold API keys; no session, there or on `/api/v1`.
+ */
+const KEY_ONLY_EVERYWHERE = /^\/openai\//;
 
 const ALL_KINDS = ['apiKey', 'session', 'widget'] as const;
 type Credential = 'apiKey' | 'sessionBearer' | 'sessionCookie' | 'widget' | 'none';
@@ -136,7 +143,9 @@ async function call(method: string, template: string, credential: Credential, mo
   const text = await res.text();
   let error: string | undefined;
   try {
-    error = (JSON.parse(text) as { error?: string }).error;
+    const e = (JSON.parse(text) as { error?: string | { code?: string } }).error;
+    // The OpenAI-compatible surface refuses in OpenAI's shape (`code: invalid_api_key`).
+    error = typeof e === 'object' && e?.code === 'invalid_api_key' ? 'Invalid API key' : (e as string);
   } catch {
     error = undefined;
   }
@@ -189,7 +198,8 @@ describe('principal kinds of every operation', () => {
       for (const method of Object.keys(item)) {
         const isPublic = (RULES.find((r) => r.match.test(path))?.kinds ?? []).length === 0;
         for (const credential of Object.keys(KIND_OF) as Credential[]) {
-          const shouldAccept = isPublic || KIND_OF[credential] === 'session';
+          const shouldAccept =
+            isPublic || (KIND_OF[credential] === 'session' && !KEY_ONLY_EVERYWHERE.test(path));
           const { status, refused } = await call(method, path, credential, '/console-api/v1');
           if (refused === shouldAccept) {
             mismatches.push(
