@@ -6,7 +6,7 @@ import { AppError } from '../../http/errors.js';
 import type { LlmMessage, ToolCall } from '../../providers/llm.js';
 import { estimateTokens, messageChars } from '../../providers/openai-provider.js';
 import { type RunEvent, runStore } from '../../runs/index.js';
-import { isUuid } from '../agents/config.js';
+import { effectiveConfig, isUuid } from '../agents/config.js';
 import { type AgentDeps, AgentsService } from '../agents/service.js';
 import { resolveApiKey } from '../workspaces/service.js';
 import type { OpenAiRequest } from './chat-completions.js';
@@ -67,15 +67,33 @@ export async function agentCompletion(
     const principal = await resolveApiKey(em, apiKey);
     if (!principal) throw new AppError(401, 'Invalid API key');
     req.principal = principal;
-    const first = r.options[0];
+    // `tools` may name the agent's integrator-owned tools (frameworks send the tools they run);
+    // the definitions the model sees stay the agent's. Anything else is the agent's to decide.
+    const first = r.options.find(
+      (o) => o !== 'tools' && !(o === 'tool_choice' && r.passthrough.tool_choice === 'auto'),
+    );
     if (first !== undefined)
       throw unsupported(first, "is not supported for agent models: the agent's configuration decides");
     const agentId = r.agentId as string;
     const svc = new AgentsService(em, { ...deps, metering: deps.poolMetering } as AgentDeps, principal);
     if (!isUuid(agentId)) throw modelNotFound(r.model);
-    await svc.requireAgent(agentId).catch((err: unknown) => {
+    const agent = await svc.requireAgent(agentId).catch((err: unknown) => {
       throw err instanceof AppError && err.status === 404 ? modelNotFound(r.model) : err;
     });
+    const own = new Set(
+      effectiveConfig(agent.config)
+        .customTools.filter((t) => !t.callbackUrl)
+        .map((t) => t.name),
+    );
+    for (const [i, t] of (r.passthrough.tools ?? []).entries()) {
+      if (!own.has(t.function.name)) {
+        throw invalidRequest(
+          `The tool '${t.function.name}' is not an integrator-owned tool of ${r.model} (its customTools without callbackUrl).`,
+          `tools[${i}].function.name`,
+          'invalid_value',
+        );
+      }
+    }
 
     let tail = r.messages.length;
     while (tail > 0 && r.messages[tail - 1]?.role === 'tool') tail--;
