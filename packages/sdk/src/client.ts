@@ -169,6 +169,21 @@ export class AiSuite {
     this.rag = new Rag(this);
   }
 
+  /**
+   * Options for any OpenAI client, SDK or framework that takes a base URL (`new OpenAI(...)`,
+   * the Vercel AI SDK's `createOpenAICompatible`, LangChain's `ChatOpenAI`): this server's
+   * OpenAI-compatible surface (`<baseURL>/openai`) with this client's API key. Agents are models
+   * there as `agent/<agentId>` (docs/openai-compatible.md). The surface takes API keys only.
+   */
+  openAICompatible(): { baseURL: string; apiKey: string } {
+    if (!this.apiKey)
+      throw new AiSuiteError('The OpenAI-compatible surface takes an API key: create the client with apiKey');
+    return {
+      baseURL: `${this.baseURL.replace(/\/console-api\/v1$/, '/api/v1')}/openai`,
+      apiKey: this.apiKey,
+    };
+  }
+
   /** The session token the client sends, if it acts as a person (it changes on sign-in and workspace switch). */
   get sessionToken(): string | undefined {
     return this.sessionTokenValue;
