@@ -235,6 +235,13 @@ describe('an owner at work', () => {
       await expect.poll(() => row.locator('code').textContent()).toBe(`${key.slice(0, 11)}…`);
       await expectAccessible(page, 'API keys');
       await screenshots(page, 'api-keys');
+      // The page shows the OpenAI-compatible base URL to copy; the new key works there.
+      const baseUrl = await page.getByTestId('openai-base-url-value').textContent();
+      expect(baseUrl).toBe(`${ts.url}/api/v1/openai`);
+      await expect.poll(() => page.getByRole('button', { name: 'Copy base URL' }).isVisible()).toBe(true);
+      const models = await fetch(`${baseUrl}/models`, { headers: { authorization: `Bearer ${key}` } });
+      expect(models.status).toBe(200);
+      expect(((await models.json()) as { object: string }).object).toBe('list');
       // The key works on /api/v1, and is never shown again.
       expect((await ts.api('/me', { key })).status).toBe(200);
       await page.reload();
@@ -434,6 +441,8 @@ describe('members', () => {
       await expect.poll(() => nav.getByRole('link', { name: 'API keys' }).count()).toBe(1);
       await nav.getByRole('link', { name: 'API keys' }).click();
       await page.getByTestId('restricted').waitFor();
+      // The base URL is for everyone: a member uses a key an owner gave them.
+      await page.getByTestId('openai-base-url').waitFor();
       await nav.getByRole('link', { name: 'Members' }).click();
       await page.getByTestId('restricted').waitFor();
       await expect.poll(() => page.getByTestId('member-row').count()).toBe(2);

@@ -16,6 +16,27 @@ import {
   useAsync,
 } from '../ui';
 
+/**
+ * Where OpenAI clients, SDKs and frameworks point with a key of this workspace: the server's
+ * OpenAI-compatible surface (docs/openai-compatible.md), on the origin serving this console.
+ */
+function OpenAiBaseUrl() {
+  const url = `${window.location.origin}/api/v1/openai`;
+  return (
+    <section className="panel" aria-label="OpenAI-compatible base URL" data-testid="openai-base-url">
+      <p>
+        <strong>OpenAI-compatible base URL.</strong> Any OpenAI client, SDK or framework works with a key of
+        this workspace at this base URL; the workspace's agents are models named{' '}
+        <code>agent/&lt;agentId&gt;</code>.
+      </p>
+      <div className="secret">
+        <code data-testid="openai-base-url-value">{url}</code>
+        <CopyButton text={url} label="Copy base URL" />
+      </div>
+    </section>
+  );
+}
+
 export function ApiKeys() {
   const role = useRole();
   const manager = isManager(role);
@@ -41,6 +62,7 @@ export function ApiKeys() {
         <p data-testid="restricted">
           Only owners and admins of this workspace create, see and revoke API keys. Ask one of them for a key.
         </p>
+        <OpenAiBaseUrl />
       </Page>
     );
   }
@@ -74,6 +96,7 @@ export function ApiKeys() {
           </div>
         </div>
       ) : null}
+      <OpenAiBaseUrl />
       <ErrorNote error={keys.error ?? revoke.error} />
       {keys.loading && !keys.data ? <Loading what="keys" /> : null}
       {keys.data ? (
