@@ -1,9 +1,9 @@
 /**
  * `pnpm --filter @ai-suite/bench-chat-overhead bench`
  *
- * Time to first byte and total time through `POST /api/v1/chat` versus directly against the
- * same fake upstream (a paced 20-chunk stream), at concurrency 1 and 50; requests/s; server
- * CPU time per request and peak RSS. Upstream and server each run in their own process; this
+ * Time to first byte and total time through `POST /api/v1/chat` and the OpenAI-compatible
+ * `POST /api/v1/openai/chat/completions` versus directly against the same fake upstream (a paced
+ * 20-chunk stream), at concurrency 1 and 50; requests/s; server CPU time per request and peak RSS. Upstream and server each run in their own process; this
  * process only drives the load, with keep-alive connections on both paths.
  */
 import { type ChildProcess, fork, spawn } from 'node:child_process';
@@ -223,6 +223,18 @@ async function main() {
     headers: { 'content-type': 'application/json', authorization: `Bearer ${apiKey}` },
     body: JSON.stringify({ messages }),
   };
+  // The OpenAI-compatible surface, as an OpenAI client streams with usage.
+  const viaOpenAi: Target = {
+    url: new URL(`${server.url}/api/v1/openai/chat/completions`),
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${apiKey}` },
+    body: JSON.stringify({
+      model: 'fake-chat',
+      messages,
+      stream: true,
+      stream_options: { include_usage: true },
+    }),
+    firstToken: FIRST_TOKEN,
+  };
   const viaBare: Target = {
     url: new URL(`${bare.url}/chat`),
     headers: { 'content-type': 'application/json' },
@@ -230,7 +242,7 @@ async function main() {
     firstToken: FIRST_TOKEN,
   };
   try {
-    for (const t of [direct, viaBare, viaChat]) {
+    for (const t of [direct, viaBare, viaChat, viaOpenAi]) {
       await run(t, WARMUP, 4);
       await run(t, WARMUP_C50, 50);
     }
@@ -261,6 +273,15 @@ async function main() {
     await stopPerf?.();
     if (PROF) await ask(server.child, { type: 'prof-stop', file: PROF }, 'prof-stopped');
 
+    // The OpenAI-compatible surface right after, on the same warmed server.
+    const o0 = await stats(server.child);
+    const oc1 = await run(viaOpenAi, N1, 1);
+    const o1 = await stats(server.child);
+    const oc50 = await run(viaOpenAi, N50, 50);
+    const o2 = await stats(server.child);
+    const ocpu1 = (o1.cpuMicros - o0.cpuMicros) / 1000 / N1;
+    const ocpu50 = (o2.cpuMicros - o1.cpuMicros) / 1000 / N50;
+
     const cpu1 = (s1.cpuMicros - s0.cpuMicros) / 1000 / N1;
     const cpu50 = (s3.cpuMicros - s2b.cpuMicros) / 1000 / N50;
     const result = {
@@ -285,7 +306,15 @@ async function main() {
         throughputRatio: p50.rps / d50.rps,
         cpuMsPerRequest: { concurrency1: bareCpu1, concurrency50: bareCpu50 },
       },
-      serverPeakRssMb: s3.maxRssKb / 1024,
+      openai: {
+        c1: oc1,
+        c50: oc50,
+        addedTtfbP50OverChatMs: oc1.ttfbP50 - c1.ttfbP50,
+        addedTtfbP99OverChatMs: oc1.ttfbP99 - c1.ttfbP99,
+        throughputRatio: oc50.rps / d50.rps,
+        cpuMsPerRequest: { concurrency1: ocpu1, concurrency50: ocpu50 },
+      },
+      serverPeakRssMb: o2.maxRssKb / 1024,
     };
     const line = (name: string, r: typeof d1) =>
       `| ${name} | ${fmt(r.ttfbP50)} | ${fmt(r.ttfbP99)} | ${fmt(r.totalP50)} | ${fmt(r.totalP99)} | ${fmt(r.rps, 0)} |`;
@@ -298,12 +327,17 @@ async function main() {
     console.log(line(`direct, c=50 (${N50})`, d50));
     console.log(line(`bare node:http proxy, c=50`, p50));
     console.log(line(`/chat, c=50 (${N50})`, c50));
+    console.log(line(`/openai/chat/completions, c=1`, oc1));
+    console.log(line(`/openai/chat/completions, c=50`, oc50));
     console.log(
       `\nadded TTFB at c=1: p50 ${fmt(result.concurrency1.addedTtfbP50Ms)} ms (target ≤ 3), p99 ${fmt(result.concurrency1.addedTtfbP99Ms)} ms (target ≤ 10)`,
     );
     console.log(`throughput at c=50: ${fmt(result.concurrency50.throughputRatio)} × direct (target ≥ 0.85)`);
     console.log(
       `server CPU per 20-token stream: ${fmt(cpu1, 3)} ms at c=1, ${fmt(cpu50, 3)} ms at c=50 (target ≤ 1)`,
+    );
+    console.log(
+      `OpenAI-compatible surface: added TTFB over /chat at c=1 p50 ${fmt(result.openai.addedTtfbP50OverChatMs)} ms (target ≤ 1), p99 ${fmt(result.openai.addedTtfbP99OverChatMs)} ms; throughput at c=50 ${fmt(result.openai.throughputRatio)} × direct (target ≥ 0.92); CPU ${fmt(ocpu1, 3)} ms (c=1), ${fmt(ocpu50, 3)} ms (c=50) per stream`,
     );
     console.log(`server peak RSS: ${fmt(result.serverPeakRssMb, 0)} MB`);
     console.log(
