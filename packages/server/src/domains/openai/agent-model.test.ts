@@ -308,4 +308,18 @@ describe('agents as models', () => {
     }
     expect(ts.fake.requests).toHaveLength(0);
   });
+
+  it('429 insufficient_quota when the workspace has no credits, before any turn', async () => {
+    const broke = await createTestWorkspace(ts);
+    const agentId = await createAgent(broke.apiKey, { name: 'Broke' });
+    const c = new OpenAI({ baseURL: `${ts.url}/api/v1/openai`, apiKey: broke.apiKey, maxRetries: 0 });
+    const err = await c.chat.completions
+      .create({ model: `agent/${agentId}`, messages: [{ role: 'user', content: 'hi' }] })
+      .catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(OpenAI.RateLimitError);
+    expect(err).toMatchObject({ code: 'insufficient_quota', type: 'insufficient_quota' });
+    const runs = await sql<{ n: string }>('select count(*) as n from runs where app_id = ?', [agentId]);
+    expect(Number(runs[0]?.n)).toBe(0);
+    expect(ts.fake.requests).toHaveLength(0);
+  });
 });
