@@ -320,6 +320,10 @@ describe('agents as models', () => {
     expect(err).toMatchObject({ code: 'insufficient_quota', type: 'insufficient_quota' });
     const runs = await sql<{ n: string }>('select count(*) as n from runs where app_id = ?', [agentId]);
     expect(Number(runs[0]?.n)).toBe(0);
+    const sessions = await sql<{ n: string }>('select count(*) as n from agent_sessions where app_id = ?', [
+      agentId,
+    ]);
+    expect(Number(sessions[0]?.n)).toBe(0);
     expect(ts.fake.requests).toHaveLength(0);
   });
 });

@@ -116,6 +116,8 @@ export async function agentCompletion(
       let existing = r.user ? await userSession(em, principal.workspaceId, agentId, r.user) : undefined;
       const seeded = existing === undefined;
       if (!existing) {
+        // Refused for credits before a session is opened (a native turn checks them too).
+        await deps.poolMetering.assertCredits(principal.workspaceId);
         const s = await svc.createSession(agentId, {
           metadata: r.user ? { openai_user: r.user } : { openai: 'request' },
           ...(r.user ? { end_user_id: r.user } : {}),
@@ -123,15 +125,22 @@ export async function agentCompletion(
         existing = s.id;
       }
       sessionId = existing;
-      const run = await svc.startTurn(
-        sessionId,
-        {
-          message: last.content,
-          concurrency: 'reject',
-          ...(seeded ? { history: r.messages.slice(0, -1) } : {}),
-        },
-        { requestId },
-      );
+      const opened = sessionId;
+      const run = await svc
+        .startTurn(
+          sessionId,
+          {
+            message: last.content,
+            concurrency: 'reject',
+            ...(seeded ? { history: r.messages.slice(0, -1) } : {}),
+          },
+          { requestId },
+        )
+        .catch(async (err: unknown) => {
+          // A turn refused (rate limit, credits) leaves no empty session behind.
+          if (seeded) await svc.deleteSession(opened).catch(() => undefined);
+          throw err;
+        });
       runId = run.id;
     }
     const headers = { ...withOpenAiRateHeaders(svc.rateHeaders), [SESSION_HEADER]: sessionId };
