@@ -173,6 +173,7 @@ describe('every example has a README with the common setup', () => {
       'conversation-report',
       'document-qa',
       'image-enhance',
+      'openai-agent',
     ]);
     for (const name of examples) {
       const r = readmes.get(name) as Readme;
@@ -283,6 +284,20 @@ describe('the documented example commands, run as written', () => {
       expect(again).toContain('replaced faq.md');
       expect(again).toContain('2 documents in the index:');
       expect(again).toMatch(/A: Express delivery within 24 hours costs 12 euros \[\d\]\./);
+    },
+    SLOW,
+  );
+
+  it(
+    'openai-agent: the official openai client drives an agent through an integrator tool',
+    async () => {
+      const { stdout } = await sh('sh', ['-c', readmes.get('openai-agent')?.run as string], {
+        cwd: ROOT,
+        env: exampleEnv(),
+      });
+      expect(stdout).toContain('→ lookup_order(');
+      expect(stdout).toMatch(/← \{"orderId":"[^"]*","status":"shipped"/);
+      expect(stdout).toContain('Done. The tools answered:');
     },
     SLOW,
   );

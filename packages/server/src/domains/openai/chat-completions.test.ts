@@ -261,6 +261,15 @@ describe('errors in OpenAI’s shape, costing nothing', () => {
       .catch((e: unknown) => e);
     expect(err).toBeInstanceOf(OpenAI.AuthenticationError);
     expect((err as InstanceType<typeof OpenAI.APIError>).code).toBe('invalid_api_key');
+    const wt = await ts.api('/widget-tokens', { method: 'POST', key: ws.apiKey, json: {} });
+    const widgetToken = ((await wt.json()) as { token: string }).token;
+    await expectError(
+      await post({ model: 'fake-chat', messages: [{ role: 'user', content: 'x' }] }, widgetToken),
+      401,
+      {
+        code: 'invalid_api_key',
+      },
+    );
     const session = await createTestSession(ts, ws);
     await expectError(await post({ model: 'fake-chat', messages: [] }, session.token), 401, {
       code: 'invalid_api_key',
