@@ -2,7 +2,7 @@ import type { ServerResponse } from 'node:http';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import type { Principal } from '../../auth/principal.js';
 import type { ServerDeps } from '../../context.js';
-import { AppError } from '../../http/errors.js';
+import { AppError, appError } from '../../errors/index.js';
 import type { LlmMessage, ToolCall } from '../../providers/llm.js';
 import { estimateTokens, messageChars } from '../../providers/openai-provider.js';
 import { type RunEvent, runStore } from '../../runs/index.js';
@@ -65,7 +65,7 @@ export async function agentCompletion(
   try {
     const em = deps.em();
     const principal = await resolveApiKey(em, apiKey);
-    if (!principal) throw new AppError(401, 'Invalid API key');
+    if (!principal) throw appError('INVALID_API_KEY');
     req.principal = principal;
     // `tools` may name the agent's integrator-owned tools (frameworks send the tools they run);
     // the definitions the model sees stay the agent's. Anything else is the agent's to decide.

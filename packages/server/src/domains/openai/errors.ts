@@ -1,5 +1,5 @@
 import type { ServerResponse } from 'node:http';
-import { AppError, toAppError } from '../../http/errors.js';
+import { toAppError } from '../../http/errors.js';
 
 /**
  * Errors of the OpenAI-compatible surface (`/api/v1/openai`) in OpenAI's shape,
@@ -10,17 +10,21 @@ export interface OpenAiErrorBody {
   error: { message: string; type: string; param: string | null; code: string | null };
 }
 
-/** An error raised by this surface itself, already in OpenAI's terms. */
-export class OpenAiError extends AppError {
+/**
+ * An error of this surface, already in OpenAI's terms. Not an `AppError`: its statuses and
+ * messages are OpenAI's, not rows of the service's error table; `sendOpenAiError` renders it.
+ */
+export class OpenAiError extends Error {
+  override name = 'OpenAiError';
   constructor(
-    status: number,
+    readonly status: number,
     message: string,
     readonly type: string,
     readonly param: string | null = null,
     readonly oaCode: string | null = null,
-    headers?: Record<string, string>,
+    readonly headers?: Record<string, string>,
   ) {
-    super(status, message, oaCode ?? undefined, undefined, headers);
+    super(message);
   }
 }
 
@@ -70,7 +74,7 @@ export function toOpenAiError(err: unknown): OpenAiError {
   ) => new OpenAiError(status, message, type, param, code, headers);
   switch (e.status) {
     case 400:
-      if (e.message === 'Invalid request body') {
+      if (e.key === 'INVALID_REQUEST_BODY') {
         return make(
           400,
           'invalid_request_error',
@@ -87,7 +91,7 @@ export function toOpenAiError(err: unknown): OpenAiError {
     case 402:
       return make(429, 'insufficient_quota', null, 'insufficient_quota');
     case 403:
-      if (e.message === 'Token limit exceeded')
+      if (e.key === 'TOKEN_LIMIT_EXCEEDED')
         return make(429, 'insufficient_quota', null, 'insufficient_quota');
       return make(403, 'invalid_request_error', null, e.code?.toLowerCase() ?? null);
     case 404:

@@ -1,7 +1,7 @@
 import type { Request, Response } from 'express';
 import type { Principal } from '../../auth/principal.js';
 import type { ServerDeps } from '../../context.js';
-import { AppError } from '../../http/errors.js';
+import { AppError, appError } from '../../errors/index.js';
 import { type jsonReader, readJsonBody } from '../../http/json-body.js';
 import type { ModelInfo, ModelKind } from '../../providers/llm.js';
 import { estimateTokens, isAbortError } from '../../providers/openai-provider.js';
@@ -24,7 +24,7 @@ const present = (v: unknown) => v !== undefined && v !== null;
 /** The caller of a request on this surface: an API key, nothing else. */
 export async function keyPrincipal(deps: ServerDeps, req: OpenAiRequest): Promise<Principal> {
   const principal = await resolveApiKey(deps.em(), requireApiKey(req));
-  if (!principal) throw new AppError(401, 'Invalid API key');
+  if (!principal) throw appError('INVALID_API_KEY');
   req.principal = principal;
   return principal;
 }
