@@ -12,13 +12,16 @@ import type { ServerDeps } from './context.js';
 import { prepareDataDir } from './data-dir.js';
 import type { EmbeddedPostgres } from './db/embedded.js';
 import { type Database, openDatabase } from './db/orm.js';
+import { emExecutor } from './db/sql.js';
 import { registerAgentRuntime } from './domains/agents/runtime.js';
 import { closeDocumentPool } from './domains/rag/document-pool.js';
 import { registerRagIndexing } from './domains/rag/indexing.js';
 import { registerAutonomousRuns } from './domains/runs/runtime.js';
 import { runHeadlessInit } from './domains/workspaces/init.js';
+import { allEntities } from './entities.js';
 import { createRequestListener } from './http/fast-path.js';
 import { createLogger } from './logger.js';
+import { meteringSettingsFromEnv, PgMetering } from './metering/service.js';
 import { createAiDeps } from './providers/setup.js';
 import { createRunEngine } from './runs/index.js';
 import { createObjectStore } from './storage/index.js';
@@ -54,12 +57,14 @@ export async function createServer(opts: CreateServerOptions = {}): Promise<AiSu
     throw new Error('database not open yet');
   };
   // Model and metering configuration errors fail the start, before the database opens.
-  const ai = createAiDeps(config, () => em());
+  const ai = createAiDeps(config);
+  const metering = new PgMetering(() => emExecutor(em()), meteringSettingsFromEnv(config.env));
   const identity = identitySettingsFromEnv(config.env);
   void prepareDummyHash();
   // DATA_DIR holds stored objects and uploads being imported whatever the database.
   prepareDataDir(config.dataDir);
   const db: Database = await openDatabase({
+    entities: allEntities,
     databaseUrl: config.databaseUrl,
     dataDir: config.dataDir,
     embedded: opts.embedded,
@@ -87,9 +92,9 @@ export async function createServer(opts: CreateServerOptions = {}): Promise<AiSu
     await db.close();
     throw err;
   }
-  const runs = createRunEngine({ config, log, em, sql: db.sql, onSweep: () => ai.metering.settleExpired() });
-  const poolMetering = ai.metering.using(db.sql, { batchUsage: true });
-  const deps: ServerDeps = { config, db, log, em, identity, ...ai, poolMetering, objects, runs };
+  const runs = createRunEngine({ config, log, em, sql: db.sql, onSweep: () => metering.settleExpired() });
+  const poolMetering = metering.using(db.sql, { batchUsage: true });
+  const deps: ServerDeps = { config, db, log, em, identity, ...ai, metering, poolMetering, objects, runs };
   registerAgentRuntime(deps);
   const autonomous = registerAutonomousRuns(deps);
   registerRagIndexing(deps);

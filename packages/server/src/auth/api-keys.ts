@@ -1,3 +1,5 @@
+import type { EntityManager } from '@mikro-orm/postgresql';
+import { apiKeyPrincipal, type Principal } from './principal.js';
 import { randomToken, sha256Hex } from './tokens.js';
 
 export const API_KEY_PREFIX = 'svc_ai_';
@@ -50,3 +52,38 @@ export const TOUCH_API_KEY_CTE = `touch as (
                 or a.last_used_at < now() - interval '${LAST_USED_RESOLUTION_SECONDS} seconds'
                for update of a skip locked)
        )`;
+
+/**
+ * Resolves a bearer key to its principal: one indexed read on the key hash, joined with the
+ * workspace so a suspended workspace's keys stop working too.
+ */
+export async function resolveApiKey(
+  em: EntityManager,
+  key: string | undefined,
+): Promise<Principal | undefined> {
+  if (!key || !isWellFormedApiKey(key)) return undefined;
+  const rows = await em.execute<
+    {
+      id: string;
+      name: string | null;
+      workspace_id: string;
+      workspace_name: string;
+      last_used_at: Date | null;
+    }[]
+  >(
+    `select k.id, k.name, k.workspace_id, w.name as workspace_name, k.last_used_at
+       from ${API_KEY_FROM} where ${ACTIVE_API_KEY_WHERE}`,
+    [hashApiKey(key)],
+  );
+  const row = rows[0];
+  if (!row) return undefined;
+  const last = row.last_used_at ? new Date(row.last_used_at).getTime() : 0;
+  if (Date.now() - last > LAST_USED_RESOLUTION_SECONDS * 1000) {
+    // Off the request path: a failed bookkeeping write must not fail the request.
+    void em
+      .fork()
+      .execute('update api_keys set last_used_at = now() where id = ?', [row.id])
+      .catch(() => {});
+  }
+  return apiKeyPrincipal(row);
+}

@@ -1,3 +1,6 @@
+/** A person's role in a workspace. */
+export type Role = 'owner' | 'admin' | 'member';
+
 /** Who is calling, resolved once per request by the authentication layer. */
 export interface Principal {
   workspaceId: string;
@@ -7,7 +10,7 @@ export interface Principal {
   keyName?: string | null;
   /** Set for sessions: the person signed in, their role in the workspace, the session's id. */
   userId?: string;
-  role?: 'owner' | 'admin' | 'member';
+  role?: Role;
   sessionId?: string;
   /** Set for app-scoped widget tokens. */
   appId?: string;

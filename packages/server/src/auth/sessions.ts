@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { EntityManager } from '@mikro-orm/postgresql';
-import type { Role } from '../domains/workspaces/entities.js';
+import type { Role } from './principal.js';
 import type { IdentitySettings } from './settings.js';
 import { randomToken, sha256Hex } from './tokens.js';
 

@@ -7,16 +7,18 @@ import { MICROS_PER_USD, parseTokenQuota, usdToMicros } from '../domains/workspa
 import type { Role } from '../domains/workspaces/entities.js';
 import type { WorkspacesService } from '../domains/workspaces/service.js';
 import { AppError, appError } from '../errors/index.js';
+import type { CliIo } from './io.js';
 import { registerJobCommands } from './jobs.js';
 import { type CommandResult, registerStorageCommands } from './storage.js';
 
 /** The database layer loads lazily: usage errors and --help answer without loading the ORM. */
 const loadDb = async () => {
-  const [orm, embedded, service, entities] = await Promise.all([
+  const [orm, embedded, service, entities, mapped] = await Promise.all([
     import('../db/orm.js'),
     import('../db/embedded.js'),
     import('../domains/workspaces/service.js'),
     import('../domains/workspaces/entities.js'),
+    import('../entities.js'),
   ]);
   return {
     ...orm,
@@ -24,16 +26,12 @@ const loadDb = async () => {
     lockHolder: embedded.lockHolder,
     ...service,
     ...entities,
+    allEntities: mapped.allEntities,
   };
 };
 type DbModules = Awaited<ReturnType<typeof loadDb>>;
 
-/** Where the CLI writes; tests and `main.ts` pass the process streams. */
-export interface CliIo {
-  stdout: (s: string) => void;
-  stderr: (s: string) => void;
-  env: Record<string, string | undefined>;
-}
+export type { CliIo } from './io.js';
 
 /** Exit codes: 0 success, 1 the command failed, 2 the command line or configuration is wrong. */
 export const EXIT_FAILED = 1;
@@ -164,6 +162,7 @@ export function buildProgram(io: CliIo, json: boolean): Command {
       const m = await loadDb();
       const created = !config.databaseUrl && !fs.existsSync(m.embeddedPgDir(config.dataDir));
       const db = await m.openDatabase({
+        entities: m.allEntities,
         databaseUrl: config.databaseUrl,
         dataDir: config.dataDir,
         poolMax: 2,

@@ -2,7 +2,7 @@ import type { EntityManager } from '@mikro-orm/postgresql';
 import { type Command, InvalidArgumentError, Option } from 'commander';
 import { loadConfig } from '../config.js';
 import { appError } from '../errors/index.js';
-import type { CliIo } from './program.js';
+import type { CliIo } from './io.js';
 
 /** What a command hands back to the CLI's runner (program.ts). */
 export interface CommandResult {

@@ -1,10 +1,5 @@
-import { MikroORM } from '@mikro-orm/core';
+import { MikroORM, type Options } from '@mikro-orm/core';
 import { PostgreSqlDriver } from '@mikro-orm/postgresql';
-import { appsEntities } from '../domains/apps/entities.js';
-import { storageEntities } from '../domains/storage/entities.js';
-import { widgetTokenEntities } from '../domains/widget-tokens/entities.js';
-import { foundationEntities } from '../domains/workspaces/entities.js';
-import { meteringEntities } from '../metering/entities.js';
 import {
   type EmbeddedPostgres,
   type EmbeddedThread,
@@ -16,16 +11,10 @@ import { EMBEDDED_EXTENSIONS } from './extensions.js';
 import { migrationsList } from './migrations/index.js';
 import { COMMIT_BARRIER_ALLOWED_SQL, SqlPool } from './sql.js';
 
-/** Every entity of every domain. Domains append theirs here. */
-export const allEntities = [
-  ...foundationEntities,
-  ...meteringEntities,
-  ...storageEntities,
-  ...appsEntities,
-  ...widgetTokenEntities,
-];
-
 export type Orm = MikroORM<PostgreSqlDriver>;
+
+/** What `openDatabase` hands to the ORM's `entities` option. */
+export type EntityList = NonNullable<Options['entities']>;
 
 export interface Database {
   orm: Orm;
@@ -44,6 +33,11 @@ export interface Database {
 }
 
 export interface OpenDatabaseOptions {
+  /**
+   * The entities the ORM maps, handed over by the composition root (`src/entities.ts`); none
+   * for a caller that only migrates or runs SQL.
+   */
+  entities?: EntityList;
   databaseUrl?: string;
   dataDir?: string;
   /** An embedded database already started by the caller (tests); not closed by `close()`. */
@@ -105,13 +99,14 @@ async function initOrm(
   connection: { clientUrl: string } | { host: string; port: number },
   poolMax: number,
   debug: boolean,
+  entities: EntityList,
 ): Promise<Orm> {
   return MikroORM.init({
     driver: PostgreSqlDriver,
     ...('clientUrl' in connection
       ? { clientUrl: connection.clientUrl }
       : { host: connection.host, port: connection.port, user: 'postgres', dbName: 'postgres' }),
-    entities: allEntities,
+    entities,
     // The Migrator is registered when a migration is pending (`migrateIfPending`).
     migrations: {
       migrationsList,
@@ -138,6 +133,7 @@ export async function openDatabase(opts: OpenDatabaseOptions): Promise<Database>
   const poolMax = opts.poolMax ?? 10;
   const hotPoolMax = opts.hotPoolMax ?? poolMax;
   const debug = opts.debug ?? process.env.ORM_DEBUG === '1';
+  const entities = opts.entities ?? [];
   let orm: Orm;
   let owned: EmbeddedPostgres | undefined;
   let kind: Database['kind'] = 'embedded';
@@ -146,10 +142,10 @@ export async function openDatabase(opts: OpenDatabaseOptions): Promise<Database>
   if (opts.databaseUrl) {
     kind = 'server';
     connection = { clientUrl: opts.databaseUrl };
-    orm = await initOrm(connection, poolMax, debug);
+    orm = await initOrm(connection, poolMax, debug, entities);
   } else if (opts.embedded) {
     connection = { host: opts.embedded.socketDir, port: opts.embedded.port };
-    orm = await initOrm(connection, poolMax, debug);
+    orm = await initOrm(connection, poolMax, debug, entities);
   } else {
     if (!opts.dataDir) throw new Error('openDatabase needs databaseUrl, dataDir or embedded');
     const deadline = Date.now() + CLI_WAIT_MS;
@@ -169,7 +165,7 @@ export async function openDatabase(opts: OpenDatabaseOptions): Promise<Database>
     if (owner) {
       attached = true;
       connection = { host: owner.socketDir, port: owner.port };
-      orm = await initOrm(connection, poolMax, debug);
+      orm = await initOrm(connection, poolMax, debug, entities);
     } else {
       owned = await startEmbeddedPostgres({
         dataDir: opts.dataDir,
@@ -180,7 +176,7 @@ export async function openDatabase(opts: OpenDatabaseOptions): Promise<Database>
       });
       connection = { host: owned.socketDir, port: owned.port };
       try {
-        orm = await initOrm(connection, poolMax, debug);
+        orm = await initOrm(connection, poolMax, debug, entities);
       } catch (err) {
         await owned.close();
         throw err;

@@ -4,7 +4,7 @@ import { apiKeyPrincipal } from '../auth/principal.js';
 import type { SqlExecutor } from '../db/sql.js';
 import { appError } from '../errors/index.js';
 import type { LlmUsage, ModelInfo } from '../providers/llm.js';
-import { estimateTokens } from '../providers/openai-provider.js';
+import { estimateTokens } from '../providers/tokens.js';
 import { cycleStart, nextCycleStart } from './cycle.js';
 import { FirstReplyGate } from './first-reply.js';
 import { holdCheck } from './hold-check.js';

@@ -5,6 +5,7 @@ import type {
   ChatCompletionMessageParam,
 } from 'openai/resources/chat/completions';
 import { AppError, appError } from '../errors/index.js';
+import { isAbortError } from './abort.js';
 import type {
   ChatRequest,
   ChatResult,
@@ -18,20 +19,7 @@ import type {
 } from './llm.js';
 import type { StaticModelCatalog } from './models.js';
 import { postEventStream, UpstreamHttpError, UpstreamStreamError } from './sse-client.js';
-
-/** About four characters per token (spec 8), used when the upstream reports no usage. */
-export const estimateTokens = (chars: number): number => (chars <= 0 ? 0 : Math.ceil(chars / 4));
-
-export function messageChars(messages: LlmMessage[]): number {
-  let n = 0;
-  for (const m of messages) {
-    if (typeof m.content === 'string') n += m.content.length;
-    if (m.role === 'assistant' && m.toolCalls) {
-      for (const t of m.toolCalls) n += t.name.length + t.arguments.length;
-    }
-  }
-  return n;
-}
+import { estimateTokens, messageChars } from './tokens.js';
 
 const CONNECTION_ERRORS = new Set([
   'ECONNREFUSED',
@@ -73,9 +61,6 @@ export function upstreamError(err: unknown): AppError {
   }
   return appError('AI_MODEL_ERROR', { detail: String(e?.message ?? 'unknown error').slice(0, 300) });
 }
-
-export const isAbortError = (err: unknown): boolean =>
-  err instanceof OpenAI.APIUserAbortError || (err as { name?: string } | undefined)?.name === 'AbortError';
 
 function toOpenAiMessages(messages: LlmMessage[]): ChatCompletionMessageParam[] {
   return messages.map((m): ChatCompletionMessageParam => {

@@ -1,7 +1,4 @@
-import type { EntityManager } from '@mikro-orm/postgresql';
 import type { Config } from '../config.js';
-import { emExecutor } from '../db/sql.js';
-import { meteringSettingsFromEnv, PgMetering } from '../metering/service.js';
 import { createHttpFetch } from './http-fetch.js';
 import { loadModelCatalog } from './models.js';
 import { OpenAiLlmProvider } from './openai-provider.js';
@@ -13,8 +10,8 @@ const nonNegInt = (v: string | undefined, name: string, fallback: number) => {
   return n;
 };
 
-/** The model catalog, the LLM provider and metering, from the configuration. */
-export function createAiDeps(config: Config, em: () => EntityManager) {
+/** The model catalog and the LLM provider, from the configuration. */
+export function createAiDeps(config: Config) {
   const models = loadModelCatalog(config.env);
   const llm = new OpenAiLlmProvider(models, {
     maxRetries: nonNegInt(config.env.LLM_MAX_RETRIES, 'LLM_MAX_RETRIES', 1),
@@ -25,6 +22,5 @@ export function createAiDeps(config: Config, em: () => EntityManager) {
     fetch: config.env.LLM_HTTP_CLIENT === 'fetch' ? undefined : createHttpFetch(),
     streaming: config.env.LLM_HTTP_CLIENT === 'fetch' ? 'sdk' : 'node',
   });
-  const metering = new PgMetering(() => emExecutor(em()), meteringSettingsFromEnv(config.env));
-  return { models, llm, metering };
+  return { models, llm };
 }

@@ -13,7 +13,7 @@ import type {
   ToolCall,
   ToolDefinition,
 } from '../../providers/llm.js';
-import { estimateTokens, messageChars } from '../../providers/openai-provider.js';
+import { estimateTokens, messageChars } from '../../providers/tokens.js';
 import { webSearchProvidersFromEnv } from '../../providers/web-search.js';
 import type { FinalWrites, RunExecution, RunExecutor, RunKind, RunOutcome } from '../../runs/index.js';
 import { RunGoneError, runStore } from '../../runs/index.js';

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { PageLimit, PageOffset } from '../../http/pagination.js';
+import { PageLimit, PageOffset } from '../../util/pagination.js';
 
 const JsonObject = z.record(z.string(), z.unknown());
 /** OpenAI-compatible function names; also what we accept for tool names everywhere. */

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { estimateTokens } from '../../providers/openai-provider.js';
+import { estimateTokens } from '../../providers/tokens.js';
 import {
   createTestWorkspace,
   creditBalance,

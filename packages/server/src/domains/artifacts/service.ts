@@ -4,7 +4,7 @@ import type { Principal } from '../../auth/principal.js';
 import type { ServerDeps } from '../../context.js';
 import { AppError, appError } from '../../errors/index.js';
 import type { LlmMessage, ModelInfo } from '../../providers/llm.js';
-import { estimateTokens, messageChars } from '../../providers/openai-provider.js';
+import { estimateTokens, messageChars } from '../../providers/tokens.js';
 import { assertWorkspaceApp } from '../apps/service.js';
 import {
   type ArtifactRequest,

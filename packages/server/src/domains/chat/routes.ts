@@ -10,7 +10,7 @@ import { sendError, toAppError } from '../../http/errors.js';
 import { jsonReader, readJsonBody } from '../../http/json-body.js';
 import { securityFor } from '../../http/openapi-security.js';
 import type { RawRouteModule } from '../../http/raw-routes.js';
-import { isAbortError } from '../../providers/openai-provider.js';
+import { isAbortError } from '../../providers/abort.js';
 import { ChatRequestSchema } from './schema.js';
 import { ChatService, type PreparedChat } from './service.js';
 

@@ -1,12 +1,11 @@
 import { hashApiKey } from '../../auth/api-keys.js';
 import type { Principal } from '../../auth/principal.js';
 import type { ServerDeps } from '../../context.js';
-import { type AppError, appError } from '../../errors/index.js';
-import { toAppError } from '../../http/errors.js';
+import { AppError, appError } from '../../errors/index.js';
 import type { FirstReplyTicket } from '../../metering/first-reply.js';
 import { estimatorKey } from '../../metering/service.js';
 import type { LlmMessage, ModelInfo } from '../../providers/llm.js';
-import { estimateTokens, messageChars } from '../../providers/openai-provider.js';
+import { estimateTokens, messageChars } from '../../providers/tokens.js';
 import { type ChatRequestInput, parseChatRequest } from './schema.js';
 
 export const CHAT_ENDPOINT = '/chat';
@@ -77,7 +76,8 @@ export class ChatService {
       if (bodyError) throw bodyError;
       ({ model, ...input } = how.parse(body));
     } catch (err) {
-      invalid = toAppError(err);
+      // The parser and the model catalog throw only AppErrors; anything else is a defect.
+      invalid = err instanceof AppError ? err : appError('INTERNAL_ERROR');
     }
     // The first requests of a model wait for its first reply to be known (`FirstReplyGate`).
     const ticket = input && model ? this.firstReply(model, how.endpoint) : undefined;

@@ -11,7 +11,7 @@ import {
   ReplicateImageProvider,
 } from '../../providers/image.js';
 import type { ModelInfo } from '../../providers/llm.js';
-import { estimateTokens } from '../../providers/openai-provider.js';
+import { estimateTokens } from '../../providers/tokens.js';
 import { isUuid, StorageService } from '../storage/service.js';
 import { enhanceUltrasound, toPng } from './enhance.js';
 import type { ImageRequest, ImageResponse } from './schema.js';

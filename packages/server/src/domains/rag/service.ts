@@ -7,7 +7,7 @@ import { AppError, appError, type ErrorBody } from '../../errors/index.js';
 import { cycleStart } from '../../metering/cycle.js';
 import type { GenerationMeter } from '../../metering/types.js';
 import type { LlmMessage, ModelInfo } from '../../providers/llm.js';
-import { estimateTokens, messageChars } from '../../providers/openai-provider.js';
+import { estimateTokens, messageChars } from '../../providers/tokens.js';
 import { isUuid } from '../storage/service.js';
 import { CHUNK_CHARS, type Chunk, chunkHash } from './chunk.js';
 import { ResumeMismatchError } from './document-chunks.js';

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { PageLimit, PageOffset } from '../../http/pagination.js';
+import { PageLimit, PageOffset } from '../../util/pagination.js';
 
 /**
  * `metadata.source` values naming a messaging integration: runs mentioned there start

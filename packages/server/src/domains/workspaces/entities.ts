@@ -1,4 +1,5 @@
 import { defineEntity, type InferEntity, p } from '@mikro-orm/core';
+import type { Role } from '../../auth/principal.js';
 
 export const WorkspaceEntity = defineEntity({
   name: 'Workspace',
@@ -32,7 +33,7 @@ export const UserEntity = defineEntity({
 });
 export type User = InferEntity<typeof UserEntity>;
 
-export type Role = 'owner' | 'admin' | 'member';
+export type { Role } from '../../auth/principal.js';
 
 export const MembershipEntity = defineEntity({
   name: 'Membership',

@@ -1,16 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { hash as argonHash } from '@node-rs/argon2';
-import {
-  ACTIVE_API_KEY_WHERE,
-  API_KEY_FROM,
-  displayPrefix,
-  generateApiKey,
-  hashApiKey,
-  isWellFormedApiKey,
-  LAST_USED_RESOLUTION_SECONDS,
-} from '../../auth/api-keys.js';
-import { apiKeyPrincipal, type Principal } from '../../auth/principal.js';
+import { displayPrefix, generateApiKey, hashApiKey, isWellFormedApiKey } from '../../auth/api-keys.js';
+import type { Principal } from '../../auth/principal.js';
 import { appError } from '../../errors/index.js';
 import { AppsService } from '../apps/service.js';
 import { MICROS_PER_USD } from './amounts.js';
@@ -263,39 +255,4 @@ export class WorkspacesService {
       description: input.description ?? undefined,
     });
   }
-}
-
-/**
- * Resolves a bearer key to its principal: one indexed read on the key hash, joined with the
- * workspace so a suspended workspace's keys stop working too.
- */
-export async function resolveApiKey(
-  em: EntityManager,
-  key: string | undefined,
-): Promise<Principal | undefined> {
-  if (!key || !isWellFormedApiKey(key)) return undefined;
-  const rows = await em.execute<
-    {
-      id: string;
-      name: string | null;
-      workspace_id: string;
-      workspace_name: string;
-      last_used_at: Date | null;
-    }[]
-  >(
-    `select k.id, k.name, k.workspace_id, w.name as workspace_name, k.last_used_at
-       from ${API_KEY_FROM} where ${ACTIVE_API_KEY_WHERE}`,
-    [hashApiKey(key)],
-  );
-  const row = rows[0];
-  if (!row) return undefined;
-  const last = row.last_used_at ? new Date(row.last_used_at).getTime() : 0;
-  if (Date.now() - last > LAST_USED_RESOLUTION_SECONDS * 1000) {
-    // Off the request path: a failed bookkeeping write must not fail the request.
-    void em
-      .fork()
-      .execute('update api_keys set last_used_at = now() where id = ?', [row.id])
-      .catch(() => {});
-  }
-  return apiKeyPrincipal(row);
 }
