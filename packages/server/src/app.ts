@@ -6,13 +6,14 @@ import { consoleRouter } from './http/console.js';
 import { docsRouter } from './http/docs.js';
 import { errorHandler, sendError } from './http/errors.js';
 import { jsonBodyParser } from './http/json-body.js';
-import { buildOpenApiDocument } from './http/openapi-doc.js';
 import { OPENAPI_MAX_BODY, openApiHandler } from './http/openapi-handler.js';
-import { rawRouteModules } from './http/raw-routes.js';
+import { mountRawRoutes } from './http/raw-routes.js';
 import { requestId } from './http/request-id.js';
 import { requestLog } from './http/request-log.js';
 import { apiHelmet } from './http/security.js';
+import { buildOpenApiDocument } from './openapi.js';
 import { appRouter } from './router.js';
+import { rawRouteModules } from './routes.js';
 
 /** Assembles the express application. No I/O here: `createServer` owns start-up. */
 export function createApp(deps: ServerDeps): Express {
@@ -80,7 +81,7 @@ export const CONSOLE_API_PATH = '/console-api/v1';
 function apiRouter(deps: ServerDeps): express.Router {
   const v1 = express.Router();
   v1.use(apiHelmet());
-  for (const mod of rawRouteModules) mod.mount(v1, deps);
+  mountRawRoutes(v1, rawRouteModules, deps);
   // JSON bodies are parsed here, not by trpc-to-openapi, so one nested too deep is refused
   // before tRPC serialises it (JSON.stringify overflowed the stack at 10,000 levels).
   v1.use(jsonBodyParser(OPENAPI_MAX_BODY));

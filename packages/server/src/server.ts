@@ -23,6 +23,7 @@ import { createRequestListener } from './http/fast-path.js';
 import { createLogger } from './logger.js';
 import { meteringSettingsFromEnv, PgMetering } from './metering/service.js';
 import { createAiDeps } from './providers/setup.js';
+import { rawRouteModules } from './routes.js';
 import { createRunEngine } from './runs/index.js';
 import { createObjectStore } from './storage/index.js';
 
@@ -108,7 +109,7 @@ export async function createServer(opts: CreateServerOptions = {}): Promise<AiSu
     deps,
     listen(port = config.port, host = config.host) {
       return new Promise((resolve, reject) => {
-        const srv = http.createServer(createRequestListener(app, deps));
+        const srv = http.createServer(createRequestListener(app, deps, rawRouteModules));
         srv.keepAliveTimeout = 65_000;
         srv.once('error', reject);
         srv.listen(port, host, config.listenBacklog, () => {

@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { buildOpenApiDocument } from '../openapi.js';
 import {
   createTestWorkspace,
   startTestServerWithFakeModel,
@@ -6,7 +7,6 @@ import {
   type TestWorkspace,
 } from '../test/harness.js';
 import { assertJsonDepth, MAX_JSON_DEPTH } from './json-body.js';
-import { buildOpenApiDocument } from './openapi-doc.js';
 
 let ts: TestServer;
 let ws: TestWorkspace;

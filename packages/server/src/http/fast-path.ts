@@ -2,7 +2,7 @@ import type { RequestListener } from 'node:http';
 import type { Express } from 'express';
 import type { ServerDeps } from '../context.js';
 import { sendError, toAppError } from './errors.js';
-import { type FastHandler, rawRouteModules } from './raw-routes.js';
+import type { FastHandler, RawRouteModule } from './raw-routes.js';
 import { assignRequestId } from './request-id.js';
 import { logAccess } from './request-log.js';
 import { apiSecurityHeaders } from './security.js';
@@ -60,7 +60,11 @@ function matchPattern(
  * it as if it had come first (the request id and access log are not repeated; a body already
  * read stays parsed).
  */
-export function createRequestListener(app: Express, deps: ServerDeps): RequestListener {
+export function createRequestListener(
+  app: Express,
+  deps: ServerDeps,
+  rawRouteModules: readonly RawRouteModule[],
+): RequestListener {
   const exact = new Map<string, FastHandler>();
   const patterns: PatternRoute[] = [];
   for (const mod of rawRouteModules) {

@@ -1,12 +1,12 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { buildOpenApiDocument } from '../openapi.js';
 import { appRouter } from '../router.js';
+import { rawRouteModules } from '../routes.js';
 import { startTestServer, type TestServer } from '../test/harness.js';
 import { SERVER_DIR } from '../test/spawn.js';
 import type { Meta } from '../trpc.js';
-import { buildOpenApiDocument } from './openapi-doc.js';
-import { rawRouteModules } from './raw-routes.js';
 
 interface Operation {
   responses?: Record<string, { content?: Record<string, { schema?: { $ref?: string } }> }>;

@@ -1,16 +1,18 @@
 import { generateOpenApiDocument, type OpenAPIObject } from 'trpc-to-openapi';
 import type { ZodOpenApiPathsObject } from 'zod-openapi';
-import { appRouter } from '../router.js';
 import type { Meta } from '../trpc.js';
 import { ErrorBodySchema } from './errors.js';
 import { describeConstraints } from './openapi-constraints.js';
 import { SECURITY_SCHEMES, securityFor } from './openapi-security.js';
-import { rawRouteModules } from './raw-routes.js';
+import type { RawRouteModule } from './raw-routes.js';
 
 export const API_VERSION = '1.0.0';
 
+/** The tRPC router whose procedures the document describes (the composition root's `appRouter`). */
+export type ApiRouter = Parameters<typeof generateOpenApiDocument>[0];
+
 /** The meta of every procedure with an OpenAPI path, by `method path`. */
-function procedureMetas(): Map<string, Meta> {
+function procedureMetas(appRouter: ApiRouter): Map<string, Meta> {
   const out = new Map<string, Meta>();
   const procs = (appRouter._def as unknown as { procedures: Record<string, { _def: { meta?: Meta } }> })
     .procedures;
@@ -28,7 +30,10 @@ const errorRef = { $ref: '#/components/schemas/ErrorBody' };
  * Post-processed so every error response references the one `ErrorBody` schema, created
  * resources answer 201, and every limit is also said in words in its description.
  */
-export function buildOpenApiDocument(): OpenAPIObject {
+export function buildOpenApiDocumentOf(
+  appRouter: ApiRouter,
+  rawRouteModules: readonly RawRouteModule[],
+): OpenAPIObject {
   const paths: ZodOpenApiPathsObject = {};
   for (const mod of rawRouteModules) {
     for (const [p, item] of Object.entries(mod.openapi)) {
@@ -48,7 +53,7 @@ export function buildOpenApiDocument(): OpenAPIObject {
     paths,
     defs: { ErrorBody: ErrorBodySchema },
   });
-  const metas = procedureMetas();
+  const metas = procedureMetas(appRouter);
   for (const [p, item] of Object.entries(doc.paths ?? {})) {
     for (const [method, op] of Object.entries(item as Record<string, unknown>)) {
       const operation = op as { responses?: Record<string, unknown>; security?: unknown } | undefined;

@@ -2,20 +2,11 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Router } from 'express';
 import type { ZodOpenApiPathsObject } from 'zod-openapi';
 import type { ServerDeps } from '../context.js';
-import { agentRoutes } from '../domains/agents/routes.js';
-import { appsRawRoutes } from '../domains/apps/routes.js';
-import { artifactRoutes } from '../domains/artifacts/routes.js';
-import { chatRoutes } from '../domains/chat/routes.js';
-import { oidcRoutes } from '../domains/identity/oidc-routes.js';
-import { imageRoutes } from '../domains/image/routes.js';
-import { openAiRoutes } from '../domains/openai/routes.js';
-import { ragRoutes } from '../domains/rag/routes.js';
-import { storageRoutes } from '../domains/storage/routes.js';
 
 /**
  * Routes trpc-to-openapi cannot express (SSE, multipart, file streams): plain express
  * handlers mounted under /api/v1 before the tRPC handler, described in the same OpenAPI
- * document through `openapi`.
+ * document through `openapi`. The composition root lists them (`src/routes.ts`).
  */
 export interface RawRouteModule {
   name: string;
@@ -51,15 +42,7 @@ export interface FastContext {
 
 export type FastHandler = (req: IncomingMessage, res: ServerResponse, ctx: FastContext) => Promise<void>;
 
-/** Every raw route module. Domains append theirs here. */
-export const rawRouteModules: RawRouteModule[] = [
-  chatRoutes,
-  storageRoutes,
-  appsRawRoutes,
-  agentRoutes,
-  artifactRoutes,
-  imageRoutes,
-  ragRoutes,
-  oidcRoutes,
-  openAiRoutes,
-];
+/** Mounts every raw route module on the `/api/v1` router (before the tRPC handler). */
+export function mountRawRoutes(router: Router, modules: readonly RawRouteModule[], deps: ServerDeps): void {
+  for (const mod of modules) mod.mount(router, deps);
+}
