@@ -7,6 +7,7 @@ import type { RunBus } from './bus.js';
 import { EventWriter, LiveLog } from './live-log.js';
 import { backoffMs, DEFAULT_RETRY_POLICY, givingUp, maxAttemptsFor, type RetryPolicy } from './retry.js';
 import { type NewRun, retryTransient, runStore, WORKER_LOST_REASON } from './store.js';
+import { toolCallStore } from './tool-calls.js';
 import {
   type FinalWrites,
   isTerminalEvent,
@@ -298,9 +299,9 @@ export class RunEngine {
   /** Persists a tool call that someone outside the engine will settle. */
   createToolCall(
     em: EntityManager,
-    call: Parameters<typeof runStore.insertToolCall>[1],
+    call: Parameters<typeof toolCallStore.insertToolCall>[1],
   ): Promise<ToolCallRecord> {
-    return runStore.insertToolCall(em, call);
+    return toolCallStore.insertToolCall(em, call);
   }
 
   /**
@@ -312,7 +313,7 @@ export class RunEngine {
     outcome: { result: unknown } | { error: string; expired?: boolean },
   ): Promise<ToolCallRecord | null> {
     const em = this.opts.em();
-    const call = await runStore.settleToolCall(em, id, outcome);
+    const call = await toolCallStore.settleToolCall(em, id, outcome);
     if (!call) return null;
     await this.appendEvent(call.runId, 'tool_call.completed', {
       runId: call.runId,
@@ -379,7 +380,7 @@ export class RunEngine {
     if (Date.now() - this.lastSweep < this.pollMs) return;
     this.lastSweep = Date.now();
     const em = this.opts.em();
-    for (const id of await runStore.overdueToolCalls(em)) {
+    for (const id of await toolCallStore.overdueToolCalls(em)) {
       await this.settleToolCall(id, { error: 'Tool call deadline expired', expired: true });
     }
     for (const id of await runStore.abandonedCancels(em)) {

@@ -10,6 +10,7 @@ export { RunBus } from './bus.js';
 export { RunEngine, WORKER_LOST_ERROR } from './engine.js';
 export { backoffMs, givingUp, maxAttemptsFor, type RetryPolicy, retryPolicyFromEnv } from './retry.js';
 export { isTransientConflict, isUniqueViolation, retryTransient, runStore } from './store.js';
+export { toolCallStore } from './tool-calls.js';
 export * from './types.js';
 
 const intEnv = (v: string | undefined, fallback: number) => {

@@ -6,7 +6,7 @@ import {
   type TestServer,
   type TestWorkspace,
 } from '../test/harness.js';
-import { RunBus, RunEngine, runStore, WORKER_LOST_ERROR } from './index.js';
+import { RunBus, RunEngine, runStore, toolCallStore, WORKER_LOST_ERROR } from './index.js';
 import { backoffMs, maxAttemptsFor, type RetryPolicy, retryPolicyFromEnv } from './retry.js';
 import type { RunExecution, RunOutcome, RunRecord } from './types.js';
 
@@ -251,7 +251,7 @@ describe('retries on the engine', { timeout: 120_000 }, () => {
     own = started.engine;
     const created = await own.createRun(em(), { workspaceId: ws.workspaceId, kind: 'autonomous' });
     const callId = await waitFor(async () => {
-      const calls = await runStore.toolCallsOfRun(em(), created.id);
+      const calls = await toolCallStore.toolCallsOfRun(em(), created.id);
       const r = await runStore.getRun(em(), created.id);
       return r?.waiting && calls[0]?.id;
     }, 'the run to wait');

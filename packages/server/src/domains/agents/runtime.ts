@@ -16,7 +16,7 @@ import type {
 import { estimateTokens, messageChars } from '../../providers/tokens.js';
 import { webSearchProvidersFromEnv } from '../../providers/web-search.js';
 import type { FinalWrites, RunExecution, RunExecutor, RunKind, RunOutcome } from '../../runs/index.js';
-import { RunGoneError, runStore } from '../../runs/index.js';
+import { RunGoneError, runStore, toolCallStore } from '../../runs/index.js';
 import { coalesceWindowMs, TextCoalescer } from '../../runs/text-coalescer.js';
 import { effectiveConfig } from './config.js';
 import { TOOL_RESPONSE_MAX_BYTES } from './guarded-fetch.js';
@@ -143,7 +143,7 @@ export class TurnExecutor implements RunExecutor {
 
     // Resume: answer the model's calls with what the integrator (or the deadline) gave.
     if (state.pending.length > 0) {
-      const calls = new Map((await runStore.toolCallsOfRun(em(), run.id)).map((c) => [c.id, c]));
+      const calls = new Map((await toolCallStore.toolCallsOfRun(em(), run.id)).map((c) => [c.id, c]));
       for (const p of state.pending) {
         const c = calls.get(p.id);
         const content =

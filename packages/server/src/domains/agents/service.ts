@@ -6,12 +6,19 @@ import { appError } from '../../errors/index.js';
 import { insufficientCredits, rateLimitHeaders } from '../../metering/service.js';
 import type { Metering } from '../../metering/types.js';
 import type { LlmMessage, ModelCatalog } from '../../providers/llm.js';
-import { isTransientConflict, isUniqueViolation, type RunRecord, runStore } from '../../runs/index.js';
+import {
+  isTransientConflict,
+  isUniqueViolation,
+  type RunRecord,
+  runStore,
+  toolCallStore,
+} from '../../runs/index.js';
 import { catalogService } from '../catalogs/service.js';
 import { connectedServers } from '../tool-servers/service.js';
 import { deepMerge, effectiveConfig, isUuid } from './config.js';
 import { assertOutboundUrlAccepted, parseAllowlist } from './outbound.js';
 import { type AgentConfigInput, type CONCURRENCY_POLICIES, isMcpServerRef } from './schema.js';
+import { turnAdmission } from './turn-admission.js';
 import { type AdmittedHold, prepareTurnHold } from './turn-hold.js';
 import { callbackSecret } from './webhook-signature.js';
 
@@ -463,7 +470,7 @@ export class AgentsService {
     // same session first makes ours fail on the unique index: look again.
     for (let attempt = 0; ; attempt++) {
       try {
-        const admitted = await runStore.admitTurn(this.em, {
+        const admitted = await turnAdmission.admitTurn(this.em, {
           runId: randomUUID(),
           messageId: randomUUID(),
           workspaceId: this.ws,
@@ -496,7 +503,7 @@ export class AgentsService {
 
   /**
    * `startTurn` for an API-key caller in ONE statement on the plain pool (decision 0029):
-   * key, rate limit, credit check and admission (`runStore.admitKeyTurn`). Only for a request
+   * key, rate limit, credit check and admission (`turnAdmission.admitKeyTurn`). Only for a request
    * the route found valid (body, session id, model override) and not `interrupt`; the errors
    * come in `startTurn`'s order: 401, 429, 402, 404, 409.
    */
@@ -515,7 +522,7 @@ export class AgentsService {
       const claimFor = deps.runs.claimSlot('turn');
       const hold = claimFor ? prepareTurnHold(deps, sessionId, runId, input, ctx.requestId) : undefined;
       try {
-        const admitted = await runStore.admitKeyTurn(deps.db.sql, {
+        const admitted = await turnAdmission.admitKeyTurn(deps.db.sql, {
           keyHash,
           admit: true,
           rate: { limited, limit: rule?.limit ?? 0, windowSeconds: rule?.windowSeconds ?? 60 },
@@ -625,14 +632,14 @@ export class AgentsService {
 
   async submitToolResult(input: { sessionId: string; toolCallId: string; result?: unknown; error?: string }) {
     const session = await this.requireSession(input.sessionId);
-    const call = await runStore.getToolCall(this.em, input.toolCallId);
+    const call = await toolCallStore.getToolCall(this.em, input.toolCallId);
     if (!call || call.workspaceId !== this.ws) throw appError('UNKNOWN_TOOL_CALL');
     if (call.sessionId !== session.id) throw appError('TOOL_CALL_OTHER_SESSION');
     const settled = await this.deps.runs.settleToolCall(
       call.id,
       input.error !== undefined ? { error: input.error } : { result: input.result },
     );
-    const final = settled ?? (await runStore.getToolCall(this.em, call.id));
+    const final = settled ?? (await toolCallStore.getToolCall(this.em, call.id));
     return {
       accepted: settled !== null,
       sessionId: session.id,
