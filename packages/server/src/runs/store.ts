@@ -1,8 +1,6 @@
-import { randomBytes, randomUUID } from 'node:crypto';
+import { randomUUID } from 'node:crypto';
 import type { EntityManager } from '@mikro-orm/postgresql';
-import { ACTIVE_API_KEY_WHERE, API_KEY_FROM, TOUCH_API_KEY_CTE } from '../auth/api-keys.js';
 import { emExecutor, type SqlExecutor } from '../db/sql.js';
-import { rateLimitCte, rateLimitCteParams, shardedRateLimit } from '../metering/service.js';
 import { backoffSql, DEFAULT_RETRY_POLICY, type RetryPolicy } from './retry.js';
 import {
   type RunEvent,
@@ -10,7 +8,6 @@ import {
   type RunRecord,
   type RunStatus,
   TERMINAL_EVENT_TYPES,
-  type ToolCallRecord,
 } from './types.js';
 
 export type Row = Record<string, unknown>;

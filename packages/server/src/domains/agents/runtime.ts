@@ -16,7 +16,7 @@ import type {
 import { estimateTokens, messageChars } from '../../providers/tokens.js';
 import { webSearchProvidersFromEnv } from '../../providers/web-search.js';
 import type { FinalWrites, RunExecution, RunExecutor, RunKind, RunOutcome } from '../../runs/index.js';
-import { RunGoneError, runStore, toolCallStore } from '../../runs/index.js';
+import { RunGoneError, toolCallStore } from '../../runs/index.js';
 import { coalesceWindowMs, TextCoalescer } from '../../runs/text-coalescer.js';
 import { effectiveConfig } from './config.js';
 import { TOOL_RESPONSE_MAX_BYTES } from './guarded-fetch.js';

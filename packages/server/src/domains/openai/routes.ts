@@ -7,8 +7,9 @@ import { securityFor } from '../../http/openapi-security.js';
 import type { RawRouteModule } from '../../http/raw-routes.js';
 import { ImageProviders } from '../image/service.js';
 import { imageSettingsFromEnv } from '../image/settings.js';
-import { completionsHandler } from './chat-completions.js';
-import { OpenAiError, sendOpenAiError } from './errors.js';
+import { completionsHandler } from './completions-routes.js';
+import { sendOpenAiError } from './error-routes.js';
+import { OpenAiError } from './errors.js';
 import {
   abortedByClient,
   createEmbeddings,
@@ -17,7 +18,7 @@ import {
   listModels,
   openAiRoute,
   retrieveModel,
-} from './resources.js';
+} from './resources-routes.js';
 
 /** Where the OpenAI-compatible surface lives under `/api/v1`: a client's `baseURL` ends here. */
 export const OPENAI_BASE = '/openai';

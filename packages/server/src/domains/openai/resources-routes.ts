@@ -1,17 +1,19 @@
 import type { Request, Response } from 'express';
+import { resolveApiKey } from '../../auth/api-keys.js';
 import type { Principal } from '../../auth/principal.js';
 import type { ServerDeps } from '../../context.js';
 import { AppError, appError } from '../../errors/index.js';
 import { type jsonReader, readJsonBody } from '../../http/json-body.js';
+import { isAbortError } from '../../providers/abort.js';
 import type { ModelInfo, ModelKind } from '../../providers/llm.js';
-import { estimateTokens, isAbortError } from '../../providers/openai-provider.js';
+import { estimateTokens } from '../../providers/tokens.js';
 import { isUuid } from '../agents/config.js';
 import { type ImageProviders, ImageService } from '../image/service.js';
 import type { ImageSettings } from '../image/settings.js';
-import { resolveApiKey } from '../workspaces/service.js';
-import { type OpenAiRequest, requireApiKey } from './chat-completions.js';
 import { AGENT_MODEL_PREFIX } from './chat-request.js';
-import { invalidRequest, modelNotFound, sendOpenAiError, unsupported } from './errors.js';
+import { sendOpenAiError } from './error-routes.js';
+import { invalidRequest, modelNotFound, unsupported } from './errors.js';
+import { type OpenAiRequest, requireApiKey } from './request.js';
 
 export const EMBEDDINGS_ENDPOINT = '/openai/embeddings';
 /** Most inputs one embeddings request may carry (OpenAI's own limit). */

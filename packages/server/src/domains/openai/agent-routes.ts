@@ -1,26 +1,19 @@
 import type { ServerResponse } from 'node:http';
 import type { EntityManager } from '@mikro-orm/postgresql';
+import { resolveApiKey } from '../../auth/api-keys.js';
 import type { Principal } from '../../auth/principal.js';
 import type { ServerDeps } from '../../context.js';
 import { AppError, appError } from '../../errors/index.js';
 import type { LlmMessage, ToolCall } from '../../providers/llm.js';
-import { estimateTokens, messageChars } from '../../providers/openai-provider.js';
-import { type RunEvent, runStore } from '../../runs/index.js';
+import { estimateTokens, messageChars } from '../../providers/tokens.js';
+import { type RunEvent, toolCallStore } from '../../runs/index.js';
 import { effectiveConfig, isUuid } from '../agents/config.js';
 import { type AgentDeps, AgentsService } from '../agents/service.js';
-import { resolveApiKey } from '../workspaces/service.js';
-import type { OpenAiRequest } from './chat-completions.js';
 import type { CompletionRequest } from './chat-request.js';
 import { ChunkWriter, completionObject, usageOf } from './completion-writer.js';
-import {
-  invalidRequest,
-  modelNotFound,
-  OpenAiError,
-  sendOpenAiError,
-  toOpenAiError,
-  unsupported,
-  withOpenAiRateHeaders,
-} from './errors.js';
+import { sendOpenAiError, toOpenAiError } from './error-routes.js';
+import { invalidRequest, modelNotFound, OpenAiError, unsupported, withOpenAiRateHeaders } from './errors.js';
+import type { OpenAiRequest } from './request.js';
 
 /** The response header naming the agent session a completion ran in. */
 export const SESSION_HEADER = 'x-agent-session-id';
@@ -175,7 +168,7 @@ async function resumeTurn(
     if (seen.has(m.toolCallId))
       throw invalidRequest(`Duplicate tool_call_id '${m.toolCallId}'.`, param, 'invalid_value');
     seen.add(m.toolCallId);
-    const call = await runStore.getToolCall(em, m.toolCallId);
+    const call = await toolCallStore.getToolCall(em, m.toolCallId);
     if (!call || call.workspaceId !== principal.workspaceId) {
       throw new OpenAiError(
         404,
@@ -215,7 +208,7 @@ async function resumeTurn(
     runId = call.runId;
     sessionId = session.id;
   }
-  const unanswered = (await runStore.toolCallsOfRun(em, runId as string)).filter(
+  const unanswered = (await toolCallStore.toolCallsOfRun(em, runId as string)).filter(
     (c) => c.status === 'pending' && !seen.has(c.id),
   );
   if (unanswered.length > 0) {
@@ -297,7 +290,7 @@ async function answerTurn(
         .catch(() => []);
       const row = rows[0];
       if (row && row.status === 'running' && (row.waiting === true || row.waiting === 't')) {
-        const pending = (await runStore.toolCallsOfRun(em.fork(), runId)).filter(
+        const pending = (await toolCallStore.toolCallsOfRun(em.fork(), runId)).filter(
           (c) => c.status === 'pending',
         );
         calls = pending.map((c) => ({

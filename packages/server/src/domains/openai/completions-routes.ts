@@ -1,51 +1,22 @@
-import type { IncomingMessage, ServerResponse } from 'node:http';
-import { bearerToken, isWellFormedApiKey } from '../../auth/api-keys.js';
+import type { ServerResponse } from 'node:http';
 import type { Principal } from '../../auth/principal.js';
 import type { ServerDeps } from '../../context.js';
 import { jsonReader, readJsonBody } from '../../http/json-body.js';
+import { isAbortError } from '../../providers/abort.js';
 import type { ModelInfo } from '../../providers/llm.js';
-import { isAbortError } from '../../providers/openai-provider.js';
 import { type ChatParse, ChatService, type PreparedChat } from '../chat/service.js';
-import { agentCompletion } from './agent-model.js';
+import { agentCompletion } from './agent-routes.js';
 import { type CompletionRequest, parseCompletionRequest } from './chat-request.js';
 import { ChunkWriter, completionObject, usageOf } from './completion-writer.js';
-import {
-  modelNotFound,
-  OpenAiError,
-  sendOpenAiError,
-  toOpenAiError,
-  withOpenAiRateHeaders,
-} from './errors.js';
+import { sendOpenAiError, toOpenAiError } from './error-routes.js';
+import { modelNotFound, withOpenAiRateHeaders } from './errors.js';
+import { type OpenAiRequest, requireApiKey } from './request.js';
 
 /** Endpoint of this surface's chat usage records (metered as `/chat`, told apart in usage). */
 export const COMPLETIONS_ENDPOINT = '/openai/chat/completions';
 
 /** Bodies above this are refused with 413 (a long conversation with tool results fits). */
 export const COMPLETIONS_BODY_LIMIT = '4mb';
-
-/** A Node request as the fast path and express both hand it over. */
-export type OpenAiRequest = IncomingMessage & {
-  requestId?: string;
-  principal?: Principal;
-  body?: unknown;
-  consoleApi?: boolean;
-};
-
-export const API_KEYS_ONLY = new OpenAiError(
-  401,
-  'This surface takes workspace API keys only (Authorization: Bearer svc_ai_…); widget tokens and console sessions are refused.',
-  'invalid_request_error',
-  null,
-  'invalid_api_key',
-);
-
-/** The well-formed API key of a request, or the 401 this surface answers. */
-export function requireApiKey(req: OpenAiRequest): string {
-  if (req.consoleApi) throw API_KEYS_ONLY;
-  const key = bearerToken(req.headers.authorization);
-  if (!key || !isWellFormedApiKey(key)) throw API_KEYS_ONLY;
-  return key;
-}
 
 /** A chat model of the catalog by its public id; 404 `model_not_found` otherwise. */
 export function resolveChatModel(deps: ServerDeps, id: string): ModelInfo {
