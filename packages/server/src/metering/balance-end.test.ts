@@ -40,11 +40,14 @@ beforeAll(async () => {
       CHAT_MODEL_OUTPUT_PRICE_PER_MTOK: '200',
       RATE_LIMIT_APP_CHAT: '0',
       RATE_LIMIT_CHAT: '0',
+      // The first /chat burst waits for the first reply (~11 s here, on a busy machine more).
+      METERING_FIRST_REPLY_WAIT_MS: '60000',
     },
     fake: {
       defaultReply: (body: { messages?: { content?: unknown }[] }) =>
         promptChars(body) < 200
-          ? { text: 'Hello from the fake model, with a few words.', chunkSize: 4 }
+          ? // Paced (~11 s) so that a burst's admissions all come before its first reply ends.
+            { text: 'Hello from the fake model, with a few words.', chunkSize: 4, paceMs: 1000 }
           : {
               text: REPLY,
               chunkSize: 40,
