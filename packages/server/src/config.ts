@@ -78,6 +78,18 @@ export const ConfigSchema = z.object({
     return z.NEVER;
   }),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+  /** Port of the Prometheus endpoint `GET /metrics` (its own listener; off when unset; 0 picks a free one). */
+  METRICS_PORT: optionalString.transform((v, ctx) => {
+    if (v === undefined) return undefined;
+    const n = Number(v);
+    if (!Number.isInteger(n) || n < 0 || n > 65535) {
+      ctx.addIssue({ code: 'custom', message: `expected a port from 0 to 65535, got "${v}"` });
+      return z.NEVER;
+    }
+    return n;
+  }),
+  /** Address the metrics listener binds (default loopback: never public by accident). */
+  METRICS_HOST: z.string().default('127.0.0.1'),
   PUBLIC_BASE_URL: optionalString,
   /** Secret used to sign URLs and webhooks; derived and persisted under DATA_DIR when unset. */
   SIGNING_SECRET: optionalString,
@@ -161,6 +173,10 @@ export interface Config {
   /** `EMBEDDED_DATABASE_THREAD`: where the embedded database's engine runs (`worker`). */
   embeddedDatabaseThread: 'worker' | 'main';
   logLevel: Env['LOG_LEVEL'];
+  /** `METRICS_PORT`: the Prometheus listener's port; undefined = no metrics. */
+  metricsPort: number | undefined;
+  /** `METRICS_HOST` (127.0.0.1). */
+  metricsHost: string;
   publicBaseUrl: string | undefined;
   signingSecret: string | undefined;
   shutdownGraceMs: number;
@@ -221,6 +237,8 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     databaseHotPoolPipeline: e.DATABASE_HOT_POOL_PIPELINE,
     embeddedDatabaseThread: e.EMBEDDED_DATABASE_THREAD,
     logLevel: e.LOG_LEVEL,
+    metricsPort: e.METRICS_PORT,
+    metricsHost: e.METRICS_HOST,
     publicBaseUrl: e.PUBLIC_BASE_URL,
     signingSecret: e.SIGNING_SECRET,
     shutdownGraceMs: e.SHUTDOWN_GRACE_MS,

@@ -1,5 +1,6 @@
 import { ConfigError, loadConfig } from './config.js';
 import { createLogger } from './logger.js';
+import { tracingWanted } from './observability.js';
 import { createServer } from './server.js';
 
 async function main() {
@@ -16,11 +17,16 @@ async function main() {
     }
     throw err;
   }
-  const log = createLogger(config.logLevel);
+  const log = createLogger(config.logLevel, { traceIds: tracingWanted(config.env) });
   const server = await createServer({ config, logger: log });
-  const { url } = await server.listen();
+  const { url, metricsUrl } = await server.listen();
   log.info(
-    { url, database: server.deps.db.kind, dataDir: config.databaseUrl ? undefined : config.dataDir },
+    {
+      url,
+      metricsUrl,
+      database: server.deps.db.kind,
+      dataDir: config.databaseUrl ? undefined : config.dataDir,
+    },
     `AI Suite listening on ${url} (API reference at ${url}/docs)`,
   );
   let stopping = false;

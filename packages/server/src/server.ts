@@ -22,10 +22,13 @@ import { allEntities } from './entities.js';
 import { createRequestListener } from './http/fast-path.js';
 import { createLogger } from './logger.js';
 import { meteringSettingsFromEnv, PgMetering } from './metering/service.js';
+import { observedListener, registerGaugeSources, startTelemetry, tracingWanted } from './observability.js';
 import { createAiDeps } from './providers/setup.js';
 import { rawRouteModules } from './routes.js';
 import { createRunEngine } from './runs/index.js';
 import { createObjectStore } from './storage/index.js';
+import { listenMetrics } from './telemetry/listener.js';
+import { metrics } from './telemetry/metrics.js';
 
 export interface CreateServerOptions {
   /** Environment to read the configuration from (default `process.env`). */
@@ -40,6 +43,8 @@ export interface RunningServer {
   url: string;
   port: number;
   http: http.Server;
+  /** The Prometheus endpoint's URL, when `METRICS_PORT` is set. */
+  metricsUrl?: string;
 }
 
 export interface AiSuiteServer {
@@ -53,7 +58,9 @@ export interface AiSuiteServer {
 
 export async function createServer(opts: CreateServerOptions = {}): Promise<AiSuiteServer> {
   const config = opts.config ?? loadConfig(opts.env);
-  const log = opts.logger ?? createLogger(config.logLevel);
+  // Metrics and tracing first: the model provider and the logger are built for them.
+  const telemetry = await startTelemetry(config);
+  const log = opts.logger ?? createLogger(config.logLevel, { traceIds: tracingWanted(config.env) });
   let em: () => EntityManager = () => {
     throw new Error('database not open yet');
   };
@@ -100,16 +107,22 @@ export async function createServer(opts: CreateServerOptions = {}): Promise<AiSu
   const autonomous = registerAutonomousRuns(deps);
   registerRagIndexing(deps);
   await runs.start();
+  const unregisterGauges = registerGaugeSources(deps);
   const app = createApp(deps);
   let server: http.Server | undefined;
+  let metricsListener: { url: string; close(): Promise<void> } | undefined;
   let closing: Promise<void> | undefined;
 
   return {
     app,
     deps,
-    listen(port = config.port, host = config.host) {
+    async listen(port = config.port, host = config.host) {
+      if (metrics && config.metricsPort !== undefined && !metricsListener) {
+        metricsListener = await listenMetrics(metrics, config.metricsPort, config.metricsHost);
+      }
+      const metricsUrl = metricsListener?.url;
       return new Promise((resolve, reject) => {
-        const srv = http.createServer(createRequestListener(app, deps, rawRouteModules));
+        const srv = http.createServer(observedListener(createRequestListener(app, deps, rawRouteModules)));
         srv.keepAliveTimeout = 65_000;
         srv.once('error', reject);
         srv.listen(port, host, config.listenBacklog, () => {
@@ -117,7 +130,7 @@ export async function createServer(opts: CreateServerOptions = {}): Promise<AiSu
           const addr = srv.address() as AddressInfo;
           const shownHost = host === '0.0.0.0' || host === '::' ? '127.0.0.1' : host;
           listeningUrl = `http://${shownHost}:${addr.port}`;
-          resolve({ url: `http://${shownHost}:${addr.port}`, port: addr.port, http: srv });
+          resolve({ url: `http://${shownHost}:${addr.port}`, port: addr.port, http: srv, metricsUrl });
         });
       });
     },
@@ -138,11 +151,14 @@ export async function createServer(opts: CreateServerOptions = {}): Promise<AiSu
           await done;
           clearTimeout(timer);
         }
+        await metricsListener?.close();
+        unregisterGauges();
         await autonomous.stop();
         await runs.stop();
         await closeDocumentPool(deps);
         await poolMetering.close();
         await db.close();
+        await telemetry.tracing?.flush().catch(() => {});
       })();
       return closing;
     },

@@ -61,6 +61,13 @@ export class PipelinedPool {
     }
   }
 
+  /** Connections with statements on the wire (used) and without (idle); none ever waits. */
+  stats(): { used: number; idle: number; pending: number } {
+    let used = 0;
+    for (const l of this.lanes) if (l.inflight > 0) used++;
+    return { used, idle: this.lanes.length - used, pending: 0 };
+  }
+
   /** The least busy open connection, or a new one while fewer than `max` are open and all are busy. */
   private pick(): Lane {
     let best: Lane | undefined;

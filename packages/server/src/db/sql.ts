@@ -93,6 +93,14 @@ export class SqlPool implements SqlExecutor {
   readonly barrier: CommitBarrier | undefined;
   readonly durable: (() => Promise<void>) | undefined;
 
+  /** Connections in use, idle, and statements waiting for one (`aisuite_db_pool_connections`). */
+  stats(): { used: number; idle: number; pending: number } {
+    if (this.pipelined) return this.pipelined.stats();
+    const p = this.pool;
+    if (!p) return { used: 0, idle: 0, pending: 0 };
+    return { used: p.totalCount - p.idleCount, idle: p.idleCount, pending: p.waitingCount };
+  }
+
   constructor(
     config: pg.PoolConfig,
     private readonly mode: 'server' | 'embedded',

@@ -3,6 +3,7 @@ import type { NextFunction, Request, Response } from 'express';
 import { z } from 'zod';
 import { isDatabaseUnavailable } from '../db/unavailable.js';
 import { AppError, appError, validationError } from '../errors/index.js';
+import { countRefusal } from '../telemetry/metrics.js';
 
 /** The one error body of the API, as the OpenAPI document describes it (spec section 7). */
 export const ErrorBodySchema = z
@@ -23,6 +24,7 @@ export function sendError(res: ServerResponse, err: AppError): void {
     res.destroy(err);
     return;
   }
+  countRefused(err);
   const body = JSON.stringify(err.toBody());
   if (err.headers) for (const [k, v] of Object.entries(err.headers)) res.setHeader(k, v);
   res.statusCode = err.status;
@@ -51,4 +53,10 @@ export function errorHandler(log: { error: (obj: unknown, msg?: string) => void 
     if (appErr.status >= 500) log.error({ err }, 'request failed');
     sendError(res, appErr);
   };
+}
+
+/** Metering refusals as they are answered (`aisuite_metering_refusals_total{reason}`). */
+function countRefused(err: AppError): void {
+  if (err.status === 402 && err.code === 'INSUFFICIENT_CREDITS') countRefusal('credits');
+  else if (err.status === 403 && err.message === 'Token limit exceeded') countRefusal('token_quota');
 }

@@ -2,6 +2,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Request } from 'express';
 import type { Logger } from 'pino';
 import type { ServerDeps } from '../context.js';
+import { TRACE_IDS, type TracedRequest } from '../telemetry/http.js';
 
 const PROBES = new Set(['/healthz', '/readyz']);
 const LOGGED = Symbol('access logged');
@@ -38,6 +39,7 @@ export function logAccess(log: Logger, req: IncomingMessage, res: ServerResponse
         status,
         responseTime: Math.round(performance.now() - started),
         workspaceId: r.principal?.workspaceId,
+        ...(req as TracedRequest)[TRACE_IDS],
         ...(failed ? { err: { message: 'response not completed' } } : {}),
       },
       failed || status >= 500 ? 'request failed' : 'request completed',

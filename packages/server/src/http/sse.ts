@@ -1,4 +1,5 @@
 import type { ServerResponse } from 'node:http';
+import { trackSse } from '../telemetry/metrics.js';
 
 export interface SseMessage {
   data: string;
@@ -34,6 +35,7 @@ export class SseWriter {
       if (!res.headersSent && !this.isClosed) res.flushHeaders();
     });
     res.on('close', () => this.stop());
+    trackSse(res);
     if (opts.heartbeatMs && opts.heartbeatMs > 0) {
       this.heartbeat = setInterval(() => this.comment('heartbeat'), opts.heartbeatMs);
       this.heartbeat.unref();

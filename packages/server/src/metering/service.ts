@@ -5,6 +5,7 @@ import type { SqlExecutor } from '../db/sql.js';
 import { appError } from '../errors/index.js';
 import type { LlmUsage, ModelInfo } from '../providers/llm.js';
 import { estimateTokens } from '../providers/tokens.js';
+import { countCreditsDebited, countRateLimited } from '../telemetry/metrics.js';
 import { cycleStart, nextCycleStart } from './cycle.js';
 import { FirstReplyGate } from './first-reply.js';
 import { holdCheck } from './hold-check.js';
@@ -185,7 +186,13 @@ const RATE_LIMIT_SHARDED = `with k as (select ?::uuid as workspace_id), ${rateLi
  * RateLimit-* headers for a window with `hits` taken, or the 429 (`Retry-After` added) when
  * the rule's limit is exceeded.
  */
-export function rateLimitHeaders(rule: RateLimitRule, hits: number, resetIn: number): Record<string, string> {
+export function rateLimitHeaders(
+  rule: RateLimitRule,
+  hits: number,
+  resetIn: number,
+  /** The bucket, for `aisuite_rate_limited_requests_total{bucket}`. */
+  bucket?: RateLimitBucket,
+): Record<string, string> {
   const reset = Math.max(1, Math.ceil(resetIn));
   const headers: Record<string, string> = {
     'RateLimit-Policy': `${rule.limit};w=${rule.windowSeconds}`,
@@ -194,6 +201,7 @@ export function rateLimitHeaders(rule: RateLimitRule, hits: number, resetIn: num
     'RateLimit-Reset': String(reset),
   };
   if (hits > rule.limit) {
+    if (bucket) countRateLimited(bucket);
     throw appError('RATE_LIMITED', {
       headers: {
         ...headers,
@@ -770,6 +778,7 @@ export class GenerationMeter implements GenerationMeterContract {
     const ws = i.workspaceId;
     const key = i.apiKeyId ?? null;
     const latencyMs = Math.max(0, Math.round(Date.now() - this.startedAt));
+    countCreditsDebited(costMicros);
     return {
       ctes: `${SETTLE_CTES}, stl_key as (
          -- A key deleted meanwhile: the record keeps no key (as its foreign key's set null does).
@@ -1207,6 +1216,7 @@ export class PgMetering implements Metering {
       cycle = rec.cycleStart ?? (await this.tokenQuotaStatus(rec.workspaceId)).cycleStart;
     }
     const row = usageRow(rec, cycle);
+    if (rec.meter === 'credits') countCreditsDebited(rec.costMicros);
     if (this.batcher) return this.batcher.add(row);
     await this.writeUsage([row]);
   }
@@ -1285,7 +1295,7 @@ export class PgMetering implements Metering {
           w,
         ]);
     const row = rows[0] as { hits: number; reset_in: string | number };
-    return rateLimitHeaders(rule, Number(row.hits), Number(row.reset_in));
+    return rateLimitHeaders(rule, Number(row.hits), Number(row.reset_in), bucket);
   }
 
   /**
@@ -1363,7 +1373,8 @@ export class PgMetering implements Metering {
       principal: apiKeyPrincipal(row),
       cycleStart: new Date(row.cs),
       reservationId: reserved ? reservationId : null,
-      limit: () => (limited && rule ? rateLimitHeaders(rule, Number(row.hits), Number(row.reset_in)) : {}),
+      limit: () =>
+        limited && rule ? rateLimitHeaders(rule, Number(row.hits), Number(row.reset_in), bucket) : {},
       quota: () => {
         if (row.quota !== null && !reserved) throw appError('TOKEN_LIMIT_EXCEEDED');
       },

@@ -1,6 +1,7 @@
 import http from 'node:http';
 import https from 'node:https';
 import { Readable } from 'node:stream';
+import { injectTraceHeaders } from '../telemetry/tracing.js';
 import { isStaleSocketError } from './sse-client.js';
 
 const NULL_BODY = new Set([101, 103, 204, 205, 304]);
@@ -47,6 +48,9 @@ export function createHttpFetch(opts: { maxSockets?: number } = {}): typeof fetc
           return;
         }
         let responded = false;
+        injectTraceHeaders((k, v) => {
+          headers[k] = v;
+        });
         const req = mod.request(url, { method: init.method ?? 'GET', headers, agent, signal }, (res) => {
           responded = true;
           const status = res.statusCode ?? 500;

@@ -114,6 +114,8 @@ export interface ChatResult {
   toolCalls: ToolCall[];
   usage: LlmUsage;
   finishReason: string;
+  /** The model the upstream says answered. */
+  responseModel?: string;
 }
 
 export interface LlmProvider {

@@ -113,6 +113,8 @@ export interface StreamTextResult {
   toolCalls: ToolCall[];
   /** Characters of text produced (the estimate's basis when no usage came). */
   textChars: number;
+  /** The model the upstream says answered (`model` of its chunks). */
+  responseModel?: string;
 }
 
 /** Text the provider has produced so far, readable while a stream runs (abort accounting). */
@@ -132,6 +134,7 @@ class ChunkAccumulator {
   private pending = '';
   private finishReason = 'stop';
   private readonly calls: ToolCall[] = [];
+  private responseModel: string | undefined;
 
   constructor(
     private readonly onText: (text: string) => void,
@@ -175,6 +178,7 @@ class ChunkAccumulator {
       }
       if (choice.finish_reason) this.finishReason = choice.finish_reason;
     }
+    if (this.responseModel === undefined && chunk.model) this.responseModel = chunk.model;
     if (chunk.usage) {
       this.usage = {
         inputTokens: chunk.usage.prompt_tokens ?? 0,
@@ -205,7 +209,13 @@ class ChunkAccumulator {
         estimated: true,
       };
     }
-    return { usage, finishReason: this.finishReason, toolCalls, textChars: this.progress.textChars };
+    return {
+      usage,
+      finishReason: this.finishReason,
+      toolCalls,
+      textChars: this.progress.textChars,
+      responseModel: this.responseModel,
+    };
   }
 }
 
@@ -241,7 +251,7 @@ export class OpenAiLlmProvider implements LlmProvider {
   private readonly connections = new Map<string, ProviderConnection>();
 
   constructor(
-    private readonly catalog: StaticModelCatalog,
+    protected readonly catalog: StaticModelCatalog,
     private readonly settings: LlmSettings,
   ) {}
 
@@ -409,7 +419,13 @@ export class OpenAiLlmProvider implements LlmProvider {
           ),
           estimated: true,
         };
-    return { text, toolCalls, usage, finishReason: choice?.finish_reason ?? 'stop' };
+    return {
+      text,
+      toolCalls,
+      usage,
+      finishReason: choice?.finish_reason ?? 'stop',
+      responseModel: res.model,
+    };
   }
 
   /**
@@ -423,7 +439,7 @@ export class OpenAiLlmProvider implements LlmProvider {
     model: ModelInfo,
     input: string[],
     signal?: AbortSignal,
-  ): Promise<{ vectors: number[][]; usage: LlmUsage }> {
+  ): Promise<{ vectors: number[][]; usage: LlmUsage; responseModel?: string }> {
     const client = this.client(model.provider);
     const maxRetries = this.settings.embeddingMaxRetries ?? this.settings.maxRetries;
     let res: OpenAI.Embeddings.CreateEmbeddingResponse;
@@ -449,7 +465,7 @@ export class OpenAiLlmProvider implements LlmProvider {
           outputTokens: 0,
           estimated: true,
         };
-    return { vectors, usage };
+    return { vectors, usage, responseModel: res.model };
   }
 }
 

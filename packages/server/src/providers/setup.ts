@@ -1,5 +1,7 @@
 import type { Config } from '../config.js';
+import { genAiObserved } from '../telemetry/genai.js';
 import { createHttpFetch } from './http-fetch.js';
+import { InstrumentedLlmProvider } from './instrumented-llm.js';
 import { loadModelCatalog } from './models.js';
 import { OpenAiLlmProvider } from './openai-provider.js';
 
@@ -13,7 +15,9 @@ const nonNegInt = (v: string | undefined, name: string, fallback: number) => {
 /** The model catalog and the LLM provider, from the configuration. */
 export function createAiDeps(config: Config) {
   const models = loadModelCatalog(config.env);
-  const llm = new OpenAiLlmProvider(models, {
+  // Model calls observed (spans, gen_ai_* metrics) only when telemetry is on.
+  const Llm = genAiObserved() ? InstrumentedLlmProvider : OpenAiLlmProvider;
+  const llm = new Llm(models, {
     maxRetries: nonNegInt(config.env.LLM_MAX_RETRIES, 'LLM_MAX_RETRIES', 1),
     timeoutMs: Math.max(1, nonNegInt(config.env.LLM_TIMEOUT_MS, 'LLM_TIMEOUT_MS', 60_000)),
     // Embeddings are batch work (document indexing): worth more patience than a chat turn.

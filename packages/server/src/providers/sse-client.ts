@@ -1,6 +1,7 @@
 import http, { type IncomingMessage } from 'node:http';
 import https from 'node:https';
 import { createParser } from 'eventsource-parser';
+import { traceOutgoing } from '../telemetry/tracing.js';
 
 /**
  * The upstream's non-2xx answer: status, the parsed JSON body (when it was JSON) and a message
@@ -99,6 +100,7 @@ function send(opts: SsePostOptions): Promise<{ req: http.ClientRequest; res: Inc
       agent,
       headers: { ...opts.headers, 'content-length': String(Buffer.byteLength(opts.body)) },
     });
+    traceOutgoing(req);
     const timer = setTimeout(() => req.destroy(new UpstreamTimeoutError()), opts.timeoutMs);
     const onAbort = () => req.destroy(abortError(opts.signal as AbortSignal));
     opts.signal?.addEventListener('abort', onAbort, { once: true });

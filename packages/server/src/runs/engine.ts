@@ -3,6 +3,8 @@ import type { EntityManager } from '@mikro-orm/postgresql';
 import type { Logger } from 'pino';
 import type { SqlExecutor } from '../db/sql.js';
 import { appError } from '../errors/index.js';
+import { countLeaseExpiry, countRunRetry } from '../telemetry/metrics.js';
+import { inRunSpan } from '../telemetry/runs.js';
 import type { RunBus } from './bus.js';
 import { EventWriter, LiveLog } from './live-log.js';
 import { backoffMs, DEFAULT_RETRY_POLICY, givingUp, maxAttemptsFor, type RetryPolicy } from './retry.js';
@@ -165,6 +167,13 @@ export class RunEngine {
     while (this.active.size > 0 && Date.now() < deadline) await sleep(20);
     await this.writer.close();
     await this.opts.bus.close();
+  }
+
+  /** Runs this process is executing now, by kind (`aisuite_runs_active`). */
+  activeByKind(): Map<RunKind, number> {
+    const out = new Map<RunKind, number>();
+    for (const x of this.active.values()) out.set(x.kind, (out.get(x.kind) ?? 0) + 1);
+    return out;
   }
 
   /** Executions a new run of `kind` is allowed: one, plus the retries of its kind. */
@@ -415,7 +424,7 @@ export class RunEngine {
     // Readers of this run waiting on the database switch to memory.
     this.opts.bus.localEvent(run.id);
     const wakesAtStart = this.wakesSeen;
-    void this.executeRun(run, controller, log, local).then(
+    void inRunSpan(run, () => this.executeRun(run, controller, log, local)).then(
       (quiet) => this.ended(run, log, offCancel, finished, quiet && this.wakesSeen === wakesAtStart),
       () => this.ended(run, log, offCancel, finished, false),
     );
@@ -460,7 +469,10 @@ export class RunEngine {
     heartbeat.unref();
     const log = this.opts.log.child({ runId: run.id, kind: run.kind });
     try {
-      if (run.recovered) log.warn({ attempt: run.attempts }, 'recovering a run whose worker died');
+      if (run.recovered) {
+        countLeaseExpiry(run.kind);
+        log.warn({ attempt: run.attempts }, 'recovering a run whose worker died');
+      }
       const executor = this.executors.get(run.kind);
       if (!executor) throw new Error(`No executor for run kind ${run.kind}`);
       const emit = async (type: string, payload: Record<string, unknown> = {}) => {
@@ -580,6 +592,7 @@ export class RunEngine {
       live.markWritten((pending.at(-1) as RunEvent).seq);
     }
     const wait = backoffMs(this.retry, run.attempts);
+    countRunRetry(run.kind);
     if (await runStore.release(em, run.id, this.workerId, wait, reason)) {
       this.opts.log.warn(
         { runId: run.id, attempt: run.attempts, retryInMs: wait },

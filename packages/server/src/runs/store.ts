@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { emExecutor, type SqlExecutor } from '../db/sql.js';
+import { currentTraceparent } from '../telemetry/tracing.js';
 import { backoffSql, DEFAULT_RETRY_POLICY, type RetryPolicy } from './retry.js';
 import {
   type RunEvent,
@@ -46,6 +47,7 @@ export function toRun(r: Row): RunRecord {
     createdAt: toDate(r.created_at) as Date,
     startedAt: toDate(r.started_at),
     completedAt: toDate(r.completed_at),
+    traceParent: (r.trace_parent as string) ?? null,
   };
 }
 
@@ -102,8 +104,8 @@ export async function retryTransient<T>(run: () => Promise<T>, attempts = 3): Pr
 export const runStore = {
   async insertRun(em: EntityManager, run: NewRun): Promise<RunRecord> {
     const rows = await em.execute<Row[]>(
-      `insert into runs (id, workspace_id, kind, app_id, session_id, serial_key, input, max_attempts)
-       values (?, ?, ?, ?, ?, ?, ?::jsonb, ?) returning *`,
+      `insert into runs (id, workspace_id, kind, app_id, session_id, serial_key, input, max_attempts, trace_parent)
+       values (?, ?, ?, ?, ?, ?, ?::jsonb, ?, ?) returning *`,
       [
         run.id ?? randomUUID(),
         run.workspaceId,
@@ -113,6 +115,7 @@ export const runStore = {
         run.serialKey ?? null,
         JSON.stringify(run.input ?? {}),
         run.maxAttempts ?? 1,
+        currentTraceparent(),
       ],
     );
     return toRun(rows[0] as Row);

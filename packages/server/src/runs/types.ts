@@ -28,6 +28,8 @@ export interface RunRecord {
   createdAt: Date;
   startedAt: Date | null;
   completedAt: Date | null;
+  /** W3C `traceparent` of the request that created the run: its executions continue that trace. */
+  traceParent?: string | null;
 }
 
 export interface RunEvent {

@@ -2,6 +2,7 @@ import http from 'node:http';
 import https from 'node:https';
 import net from 'node:net';
 import { Readable, Transform } from 'node:stream';
+import { injectTraceHeaders } from '../../telemetry/tracing.js';
 import { guardedLookup, isAddressAllowed, OutboundBlockedError, type OutboundPolicy } from './outbound.js';
 
 /**
@@ -54,6 +55,9 @@ export function guardedFetch(policy: OutboundPolicy, opts: { maxBytes: number })
       headers[k] = v;
     });
     if (body != null) headers['content-length'] = String(Buffer.byteLength(body));
+    injectTraceHeaders((k, v) => {
+      headers[k] = v;
+    });
     const mod = url.protocol === 'https:' ? https : http;
     return new Promise<Response>((resolve, reject) => {
       const req = mod.request(

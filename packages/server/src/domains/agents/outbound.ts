@@ -4,6 +4,7 @@ import https from 'node:https';
 import net from 'node:net';
 import ipaddr from 'ipaddr.js';
 import { appError } from '../../errors/index.js';
+import { traceHeaders } from '../../telemetry/tracing.js';
 
 /**
  * Outbound HTTP for tools (web_fetch, callbacks, MCP): refuses loopback, private, link-local,
@@ -267,6 +268,7 @@ function requestOnce(url: URL, opts: Parameters<typeof outboundRequest>[1]): Pro
         method: opts.method ?? 'GET',
         headers: {
           'user-agent': 'AI-Suite-Agent/1.0',
+          ...traceHeaders(),
           ...opts.headers,
           // A known length, never chunked: receivers on common stacks (Python's http.server,
           // many signature verifiers) read exactly Content-Length bytes and see nothing otherwise.

@@ -18,6 +18,7 @@ import { webSearchProvidersFromEnv } from '../../providers/web-search.js';
 import type { FinalWrites, RunExecution, RunExecutor, RunKind, RunOutcome } from '../../runs/index.js';
 import { RunGoneError, toolCallStore } from '../../runs/index.js';
 import { coalesceWindowMs, TextCoalescer } from '../../runs/text-coalescer.js';
+import { inToolSpan } from '../../telemetry/runs.js';
 import { effectiveConfig } from './config.js';
 import { TOOL_RESPONSE_MAX_BYTES } from './guarded-fetch.js';
 import { parseAllowlist } from './outbound.js';
@@ -401,7 +402,12 @@ export class TurnExecutor implements RunExecutor {
     else if (badArgs) outcome = { error: badArgs };
     else {
       try {
-        outcome = { result: await tool.run(args, signal) };
+        const run = tool.run;
+        outcome = {
+          result: await inToolSpan({ name: call.name, callId: toolCallId, type: tool.owner }, () =>
+            run(args, signal),
+          ),
+        };
       } catch (err) {
         if (exec.signal.aborted) throw err;
         outcome = { error: err instanceof Error ? err.message : String(err) };

@@ -538,7 +538,9 @@ export class AgentsService {
         if (!admitted) throw appError('INVALID_API_KEY');
         onPrincipal?.(apiKeyPrincipal(admitted.key));
         const headers =
-          limited && rule ? rateLimitHeaders(rule, Number(admitted.hits), Number(admitted.resetIn)) : {};
+          limited && rule
+            ? rateLimitHeaders(rule, Number(admitted.hits), Number(admitted.resetIn), 'agent_message')
+            : {};
         if (admitted.balanceMicros <= 0) throw insufficientCredits();
         if (admitted.missing) throw appError('SESSION_NOT_FOUND');
         if (!admitted.run) {

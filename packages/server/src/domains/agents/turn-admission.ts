@@ -4,6 +4,7 @@ import type { SqlExecutor } from '../../db/sql.js';
 import { rateLimitCte, rateLimitCteParams, shardedRateLimit } from '../../metering/service.js';
 import { ms, type Row, toRun } from '../../runs/store.js';
 import type { RunRecord } from '../../runs/types.js';
+import { currentTraceparent } from '../../telemetry/tracing.js';
 
 export interface TurnAdmission {
   /** The session was not found in the workspace. */
@@ -53,14 +54,14 @@ function turnAdmissionSql(
          update agent_sessions set last_message_at = now() where id in (select id from ok) returning id
        ), run as (
          insert into runs (id, workspace_id, kind, app_id, session_id, serial_key, input, max_attempts,
-           status, lease_owner, lease_expires_at, heartbeat_at, attempts, started_at)
+           status, lease_owner, lease_expires_at, heartbeat_at, attempts, started_at, trace_parent)
          select ?::uuid, ${ws}, 'turn', ok.app_id, ok.id, 'session:' || ok.id, ${inputSql}, 1,
            case when ok.free and ?::boolean then 'running' else 'pending' end,
            case when ok.free and ?::boolean then ?::text end,
            case when ok.free and ?::boolean then now() + ?::interval end,
            case when ok.free and ?::boolean then now() end,
            case when ok.free and ?::boolean then 1 else 0 end,
-           case when ok.free and ?::boolean then now() end
+           case when ok.free and ?::boolean then now() end, ?::text
          from ok returning *
        )`,
     params: [
@@ -82,6 +83,7 @@ function turnAdmissionSql(
       claim,
       claim,
       claim,
+      currentTraceparent(),
     ],
   };
 }

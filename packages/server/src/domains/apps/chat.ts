@@ -388,7 +388,8 @@ export class AppChatService {
       // What the app's next turn sizes its hold from (whatever this turn's outcome).
       if (!tried) HOLD_GUESSES.set(app.id, app);
       const model = this.deps.models.resolve('chat', app.model_id);
-      const headers = limited && rule ? rateLimitHeaders(rule, Number(row.hits), Number(row.reset_in)) : {};
+      const headers =
+        limited && rule ? rateLimitHeaders(rule, Number(row.hits), Number(row.reset_in), 'app_chat') : {};
       if (input.threadId !== undefined && !thread0) throw threadNotFound();
       const controls = { ...appControls(app), ...(input.controls ?? {}) };
       const messages = buildPrompt(app, input, row.history ?? []);

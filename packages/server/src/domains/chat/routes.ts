@@ -11,6 +11,7 @@ import { jsonReader, readJsonBody } from '../../http/json-body.js';
 import { securityFor } from '../../http/openapi-security.js';
 import type { RawRouteModule } from '../../http/raw-routes.js';
 import { isAbortError } from '../../providers/abort.js';
+import { trackSse } from '../../telemetry/metrics.js';
 import { ChatRequestSchema } from './schema.js';
 import { ChatService, type PreparedChat } from './service.js';
 
@@ -95,6 +96,7 @@ function chatHandler(deps: ServerDeps) {
       headersSent = true;
       // Node's HTTP server already disables Nagle on accepted sockets (`noDelay` default).
       res.writeHead(200, { ...STREAM_HEADERS, ...prepared.headers });
+      trackSse(res);
     };
     const onText = (text: string) => {
       if (clientGone) return;

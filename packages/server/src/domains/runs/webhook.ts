@@ -1,4 +1,5 @@
 import type { ServerDeps } from '../../context.js';
+import { countWebhookDelivery } from '../../telemetry/metrics.js';
 import { type OutboundPolicy, outboundRequest, parseAllowlist } from '../agents/outbound.js';
 import { webhookHeaders } from '../agents/webhook-signature.js';
 import { listArtifacts } from './service.js';
@@ -145,6 +146,7 @@ export class RunWebhookDispatcher {
     } catch (err) {
       error = err instanceof Error ? err.message : String(err);
     }
+    countWebhookDelivery(error === null ? 'delivered' : 'failed');
     if (error === null) {
       await em.execute(
         `update autonomous_runs set webhook_status = 'delivered', webhook_delivered_at = now(),
