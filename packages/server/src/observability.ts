@@ -27,6 +27,9 @@ export async function startTelemetry(config: Config): Promise<{ tracing: Tracing
 export const tracingWanted = (env: Record<string, string | undefined>): boolean =>
   tracingConfigFromEnv(env) !== undefined;
 
+/** Every run kind, so each series exists from the first scrape (at 0). */
+const RUN_KINDS = ['turn', 'autonomous', 'rag_index'] as const;
+
 /** The scrape-time gauges of this server's parts; returns their removal. */
 export function registerGaugeSources(deps: ServerDeps): () => void {
   if (!metrics) return () => {};
@@ -36,11 +39,14 @@ export function registerGaugeSources(deps: ServerDeps): () => void {
       const rows = await em().execute<{ kind: string; n: string | number }[]>(
         `select kind, count(*) as n from runs where status = 'pending' group by kind`,
       );
-      return rows.map((r) => ({ labels: { kind: r.kind }, value: Number(r.n) }));
+      const n = new Map<string, number>(RUN_KINDS.map((k) => [k, 0]));
+      for (const r of rows) n.set(r.kind, Number(r.n));
+      return [...n].map(([kind, value]) => ({ labels: { kind }, value }));
     }),
-    addGaugeSource('aisuite_runs_active', () =>
-      [...deps.runs.activeByKind()].map(([kind, n]) => ({ labels: { kind }, value: n })),
-    ),
+    addGaugeSource('aisuite_runs_active', () => {
+      const active = deps.runs.activeByKind();
+      return RUN_KINDS.map((kind) => ({ labels: { kind }, value: active.get(kind) ?? 0 }));
+    }),
     addGaugeSource('aisuite_rag_indexing_queue', async () => {
       const rows = await em().execute<{ n: string | number }[]>(
         `select count(*) as n from runs where kind = 'rag_index' and status in ('pending', 'running')`,

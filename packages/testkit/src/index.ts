@@ -17,3 +17,4 @@ export * from './hostile-documents.js';
 export * from './http-fixture.js';
 export * from './images.js';
 export * from './mcp-server.js';
+export * from './otlp-receiver.js';
