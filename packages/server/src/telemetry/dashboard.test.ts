@@ -10,7 +10,7 @@ async function exposedNames(): Promise<Set<string>> {
   const names = new Set<string>();
   for (const metric of await m.registry.getMetricsAsJSON()) {
     names.add(metric.name);
-    if (metric.type === 'histogram')
+    if (String(metric.type) === 'histogram')
       for (const s of ['_bucket', '_sum', '_count']) names.add(`${metric.name}${s}`);
   }
   return names;
