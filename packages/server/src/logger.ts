@@ -1,14 +1,13 @@
 import { type Logger, pino } from 'pino';
-import { traceLogFields } from './telemetry/tracing.js';
 
 /**
- * The service's JSON logger. With `traceIds` (tracing on) every line written while a span is
- * active carries its `trace_id` and `span_id`.
+ * The service's JSON logger. `mixin` adds fields to every line: with tracing on, the
+ * composition root passes one that adds the active span's `trace_id` and `span_id`.
  */
-export function createLogger(level: string, opts: { traceIds?: boolean } = {}): Logger {
+export function createLogger(level: string, opts: { mixin?: () => Record<string, unknown> } = {}): Logger {
   return pino({
     level,
-    ...(opts.traceIds ? { mixin: traceLogFields } : {}),
+    ...(opts.mixin ? { mixin: opts.mixin } : {}),
     base: { service: 'ai-suite' },
     redact: {
       paths: ['req.headers.authorization', 'req.headers.cookie', '*.apiKey', '*.password'],

@@ -1,6 +1,6 @@
 import { ConfigError, loadConfig } from './config.js';
 import { createLogger } from './logger.js';
-import { tracingWanted } from './observability.js';
+import { loggerOptions } from './observability.js';
 import { createServer } from './server.js';
 
 async function main() {
@@ -17,7 +17,7 @@ async function main() {
     }
     throw err;
   }
-  const log = createLogger(config.logLevel, { traceIds: tracingWanted(config.env) });
+  const log = createLogger(config.logLevel, loggerOptions(config.env));
   const server = await createServer({ config, logger: log });
   const { url, metricsUrl } = await server.listen();
   log.info(

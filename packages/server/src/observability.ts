@@ -8,6 +8,7 @@ import { instrumentListener } from './telemetry/http.js';
 import { addGaugeSource, enableMetrics, metrics } from './telemetry/metrics.js';
 import { routeMatcher } from './telemetry/routes.js';
 import type { TracingHandle } from './telemetry/sdk.js';
+import { traceLogFields } from './telemetry/tracing.js';
 
 /**
  * Composition of the telemetry core (src/telemetry/, docs/observability.md) with the rest of
@@ -23,9 +24,12 @@ export async function startTelemetry(config: Config): Promise<{ tracing: Tracing
   return { tracing: await startTracing(cfg) };
 }
 
-/** Whether `OTEL_*` asks for tracing (the logger then writes `trace_id`/`span_id`). */
-export const tracingWanted = (env: Record<string, string | undefined>): boolean =>
-  tracingConfigFromEnv(env) !== undefined;
+/**
+ * The logger's options: with tracing asked for by `OTEL_*`, every line written inside a span
+ * carries its `trace_id` and `span_id`.
+ */
+export const loggerOptions = (env: Record<string, string | undefined>) =>
+  tracingConfigFromEnv(env) !== undefined ? { mixin: traceLogFields } : {};
 
 /** Every run kind, so each series exists from the first scrape (at 0). */
 const RUN_KINDS = ['turn', 'autonomous', 'rag_index'] as const;

@@ -22,7 +22,7 @@ import { allEntities } from './entities.js';
 import { createRequestListener } from './http/fast-path.js';
 import { createLogger } from './logger.js';
 import { meteringSettingsFromEnv, PgMetering } from './metering/service.js';
-import { observedListener, registerGaugeSources, startTelemetry, tracingWanted } from './observability.js';
+import { loggerOptions, observedListener, registerGaugeSources, startTelemetry } from './observability.js';
 import { createAiDeps } from './providers/setup.js';
 import { rawRouteModules } from './routes.js';
 import { createRunEngine } from './runs/index.js';
@@ -60,7 +60,7 @@ export async function createServer(opts: CreateServerOptions = {}): Promise<AiSu
   const config = opts.config ?? loadConfig(opts.env);
   // Metrics and tracing first: the model provider and the logger are built for them.
   const telemetry = await startTelemetry(config);
-  const log = opts.logger ?? createLogger(config.logLevel, { traceIds: tracingWanted(config.env) });
+  const log = opts.logger ?? createLogger(config.logLevel, loggerOptions(config.env));
   let em: () => EntityManager = () => {
     throw new Error('database not open yet');
   };
