@@ -67,16 +67,16 @@ async function api(s: Server, p: string, body: unknown): Promise<Response> {
   });
 }
 
-/** Runs `n` requests `one(i)` at concurrency `c`; resolves with each one's duration (ms). */
-async function load(n: number, c: number, one: (i: number) => Promise<void>): Promise<number[]> {
+/** Runs `n` requests at concurrency `c`, `one(worker)`; resolves with each one's duration (ms). */
+async function load(n: number, c: number, one: (worker: number) => Promise<void>): Promise<number[]> {
   const times: number[] = [];
   let next = 0;
   await Promise.all(
     Array.from({ length: c }, async (_, w) => {
       while (next < n) {
-        const i = next++;
+        next++;
         const t0 = performance.now();
-        await one(i * c + w);
+        await one(w);
         times.push(performance.now() - t0);
       }
     }),
@@ -90,16 +90,24 @@ const chatOnce = (s: Server) => async () => {
   await res.text();
 };
 
-/** One agent turn on session slot `i % TURN_C` (a session runs one turn at a time). */
-const turnOnce = (s: Server) => {
-  let slot = 0;
-  return async () => {
-    const sessionId = s.sessions[slot++ % s.sessions.length] as string;
+/**
+ * One agent turn on the worker's own session (a session runs one turn at a time; the run may
+ * still be closing for a moment after its stream ended: a 409 then is retried).
+ */
+const turnOnce = (s: Server) => async (worker: number) => {
+  const sessionId = s.sessions[worker] as string;
+  for (;;) {
     const res = await api(s, `/managed-agents/sessions/${sessionId}/messages`, { message: 'Hello there' });
+    if (res.status === 409) {
+      await res.text();
+      await new Promise((r) => setTimeout(r, 10));
+      continue;
+    }
     if (res.status !== 200) throw new Error(`${s.name}: turn ${res.status} ${await res.text()}`);
     const text = await res.text();
     if (!text.includes('run.completed')) throw new Error(`${s.name}: turn did not complete`);
-  };
+    return;
+  }
 };
 
 /** A session per concurrent turn, as a caller would hold them. */
@@ -229,10 +237,10 @@ async function main() {
       }
     }
   } finally {
-    for (const s of servers) s.child.disconnect();
-    upstream.child.disconnect();
-    receiver.child.disconnect();
-    await new Promise((r) => setTimeout(r, 1500));
+    const children = [...servers.map((s) => s.child), upstream.child, receiver.child];
+    const exited = children.map((c) => new Promise((r) => c.once('exit', r)));
+    for (const c of children) c.disconnect();
+    await Promise.race([Promise.all(exited), new Promise((r) => setTimeout(r, 15_000))]);
     for (const d of dirs) fs.rmSync(d, { recursive: true, force: true });
   }
 }
