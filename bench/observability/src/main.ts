@@ -216,9 +216,9 @@ async function main() {
       `${ROUNDS} rounds × (${CHAT_N} /chat at c=${CHAT_C} + ${TURN_N} agent turns at c=${TURN_C}) per configuration; ${spans} spans received\n`,
     );
     console.log(
-      '| workload | configuration | server CPU ms/request | vs off | per-round range vs off | total p50 ms |',
+      '| workload | configuration | server CPU ms/request | vs off | median of rounds vs off | range of rounds vs off | total p50 ms |',
     );
-    console.log('| --- | --- | --- | --- | --- | --- |');
+    console.log('| --- | --- | --- | --- | --- | --- | --- |');
     for (const workload of ['/chat', 'agent turn']) {
       const off = totals.get(`off|${workload}`) as { cpu: number; n: number };
       for (const [name] of configs) {
@@ -230,9 +230,10 @@ async function main() {
         };
         const per = t.cpu / t.n / 1000;
         const vs = name === 'off' ? '' : pct(t.cpu / t.n / (off.cpu / off.n) - 1);
+        const mid = name === 'off' ? '' : pct(median(t.ratios));
         const range = name === 'off' ? '' : `${pct(Math.min(...t.ratios))} … ${pct(Math.max(...t.ratios))}`;
         console.log(
-          `| ${workload} | ${name} | ${per.toFixed(3)} | ${vs} | ${range} | ${median(t.times).toFixed(1)} |`,
+          `| ${workload} | ${name} | ${per.toFixed(3)} | ${vs} | ${mid} | ${range} | ${median(t.times).toFixed(1)} |`,
         );
       }
     }

@@ -10,6 +10,7 @@ import {
   OpenAIImageProvider,
   ReplicateImageProvider,
 } from '../../providers/image.js';
+import { observeImageProvider } from '../../providers/instrumented-image.js';
 import type { ModelInfo } from '../../providers/llm.js';
 import { estimateTokens } from '../../providers/tokens.js';
 import { isUuid, StorageService } from '../storage/service.js';
@@ -54,10 +55,11 @@ export class ImageProviders {
         pollMaxMs: this.settings.pollMaxMs,
         maxOutputBytes: this.settings.maxBytes * 4,
       };
-      p =
-        this.typeOf(model) === 'replicate'
-          ? new ReplicateImageProvider(cfg, s)
-          : new OpenAIImageProvider(cfg, s);
+      const type = this.typeOf(model);
+      p = observeImageProvider(
+        type === 'replicate' ? new ReplicateImageProvider(cfg, s) : new OpenAIImageProvider(cfg, s),
+        type === 'replicate' ? 'replicate' : 'openai',
+      );
       this.cache.set(model.provider, p);
     }
     return p;
