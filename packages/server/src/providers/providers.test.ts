@@ -105,7 +105,10 @@ describe('OpenAI-compatible provider against the fake upstream', () => {
       toolCalls: [{ id: 'c1', name: 'x', arguments: '{}' }],
       usage: { inputTokens: 7, outputTokens: 2, estimated: false },
       finishReason: 'tool_calls',
+      // The model the upstream says answered (`gen_ai.response.model` on the GenAI span).
+      responseModel: r.responseModel,
     });
+    expect(typeof r.responseModel).toBe('string');
   });
 
   it('maps an upstream error to 502 AI model error with its details', async () => {
