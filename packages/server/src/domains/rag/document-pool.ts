@@ -137,13 +137,17 @@ export class DocumentPool {
       piscina.on('error', (err: unknown) => this.log.warn({ err }, 'document worker failed'));
       piscina.on('workerCreate', (w: object) => this.ready.add(w));
       // A worker that dies before it is ready leaves the task that made piscina start it in
-      // piscina's queue, with no worker coming for it: that task fails (the oldest waiting).
+      // piscina's queue, with no worker coming for it. Which waiting task that was is not
+      // known: every task no worker has started fails (a run is retried, decision 0040).
       piscina.on('workerDestroy', (w: object) => {
         if (this.ready.has(w)) return;
-        const victim = this.pending.find((p) => !p.started);
-        if (!victim) return;
-        this.log.warn('a document worker died while starting; its job fails');
-        victim.startFailed();
+        const waiting = this.pending.filter((p) => !p.started);
+        if (waiting.length === 0) return;
+        this.log.warn(
+          { jobs: waiting.length },
+          'a document worker died while starting; its waiting jobs fail',
+        );
+        for (const p of waiting) p.startFailed();
       });
       this.piscina = piscina;
     }
@@ -231,18 +235,19 @@ export class DocumentPool {
     const ticket = await this.queue.admit(workspaceId, 'wait');
     try {
       const giveBack = await ticket.turn();
-      const abort = new AbortController();
-      const { done, port } = this.runTask<string | null>(
-        'inspect',
-        (p) => ({ ...rest, head: copy(rest.head), tail: copy(rest.tail), port: p }) satisfies InspectTask,
-        abort,
-        () => {},
-      );
+      let port: MessagePort | undefined;
       try {
-        const message = await done;
+        const task = this.runTask<string | null>(
+          'inspect',
+          (p) => ({ ...rest, head: copy(rest.head), tail: copy(rest.tail), port: p }) satisfies InspectTask,
+          new AbortController(),
+          () => {},
+        );
+        port = task.port;
+        const message = await task.done;
         return message === null ? undefined : new LimitErrorClass(message);
       } finally {
-        port.close();
+        port?.close();
         giveBack();
       }
     } finally {
@@ -275,6 +280,7 @@ export class DocumentPool {
     const onCallerAbort = () => abort.abort(signal?.reason);
     signal?.addEventListener('abort', onCallerAbort, { once: true });
     let run: Promise<unknown> | undefined;
+    let giveBack: (() => void) | undefined;
     let port: MessagePort | undefined;
     let end: { error?: unknown } | undefined;
     try {
@@ -283,7 +289,7 @@ export class DocumentPool {
       files = await spoolFiles(this.tmpDir());
       await spoolDocument(body, files.input, MAX_SPOOL_BYTES);
       output = await fsp.open(files.output, 'r');
-      const giveBack = await ticket.turn(abort.signal);
+      giveBack = await ticket.turn(abort.signal);
 
       let written = 0;
       let wake: (() => void) | undefined;
@@ -349,7 +355,7 @@ export class DocumentPool {
           clearTimeout(timer);
           if (started) this.working--;
           started = false;
-          giveBack();
+          giveBack?.();
         });
 
       const reader = new SpoolReader(output);
@@ -375,6 +381,7 @@ export class DocumentPool {
       port?.close();
       body.destroy();
       await run;
+      if (!run) giveBack?.();
       await output?.close();
       await files?.remove();
       ticket?.release();
