@@ -1,6 +1,7 @@
 import type { ServerResponse } from 'node:http';
 import type { Principal } from '../../auth/principal.js';
 import type { ServerDeps } from '../../context.js';
+import { AppError, appError } from '../../errors/index.js';
 import { jsonReader, readJsonBody } from '../../http/json-body.js';
 import { isAbortError } from '../../providers/abort.js';
 import type { ModelInfo } from '../../providers/llm.js';
@@ -9,7 +10,7 @@ import { agentCompletion } from './agent-routes.js';
 import { type CompletionRequest, parseCompletionRequest } from './chat-request.js';
 import { ChunkWriter, completionObject, usageOf } from './completion-writer.js';
 import { sendOpenAiError, toOpenAiError } from './error-routes.js';
-import { modelNotFound, withOpenAiRateHeaders } from './errors.js';
+import { modelNotFound, OpenAiError, withOpenAiRateHeaders } from './errors.js';
 import { type OpenAiRequest, requireApiKey } from './request.js';
 
 /** Endpoint of this surface's chat usage records (metered as `/chat`, told apart in usage). */
@@ -49,6 +50,7 @@ export function completionsHandler(deps: ServerDeps) {
     let principal: Principal;
     let prepared: PreparedChat;
     let request: CompletionRequest | undefined;
+    let refused: OpenAiError | undefined;
     try {
       const apiKey = requireApiKey(req);
       const { body, error } = await readJsonBody(reader, req, res);
@@ -70,9 +72,17 @@ export function completionsHandler(deps: ServerDeps) {
       const how: ChatParse = {
         endpoint: COMPLETIONS_ENDPOINT,
         parse() {
-          if (!parsed) throw invalid;
-          request = parsed;
-          return { messages: parsed.messages, model: resolveChatModel(deps, parsed.model) };
+          try {
+            if (!parsed) throw invalid;
+            request = parsed;
+            return { messages: parsed.messages, model: resolveChatModel(deps, parsed.model) };
+          } catch (err) {
+            // `prepare` reports a body's refusal after the key (and spends no rate-limit unit on
+            // it) as the table's error; the OpenAI one is answered in its place.
+            if (!(err instanceof OpenAiError)) throw err;
+            refused = err;
+            throw appError('INVALID_REQUEST_BODY');
+          }
         },
       };
       ({ principal, prepared } = await service.prepare(
@@ -85,7 +95,8 @@ export function completionsHandler(deps: ServerDeps) {
         how,
       ));
     } catch (err) {
-      sendOpenAiError(res, err);
+      const bodyRefused = refused && err instanceof AppError && err.key === 'INVALID_REQUEST_BODY';
+      sendOpenAiError(res, bodyRefused ? refused : err);
       return;
     }
     const r = request as CompletionRequest;
