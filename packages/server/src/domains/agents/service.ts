@@ -9,6 +9,8 @@ import type { ModelCatalog } from '../../providers/llm.js';
 import { isTransientConflict, isUniqueViolation, type RunRecord, runStore } from '../../runs/index.js';
 import { catalogService } from '../catalogs/service.js';
 import { connectedServers } from '../tool-servers/service.js';
+import { assertToolApprovalNames } from './approval-config.js';
+import { approvalsOfSession } from './approvals.js';
 import { deepMerge, effectiveConfig, isUuid } from './config.js';
 import { assertOutboundUrlAccepted, parseAllowlist } from './outbound.js';
 import { type AgentConfigInput, type CONCURRENCY_POLICIES, isMcpServerRef } from './schema.js';
@@ -172,6 +174,7 @@ export class AgentsService {
   }) {
     if (input.llm?.componentId && this.deps.models) this.deps.models.resolve('chat', input.llm.componentId);
     await this.assertConfigUrls(input.config);
+    await assertToolApprovalNames(this.em, this.ws, this.deps.config.signingSecret as string, input.config);
     const id = randomUUID();
     const rows = await this.em.execute<Row[]>(
       `insert into apps (id, workspace_id, app_type, name, description, business_use_case, system_prompt,
@@ -271,8 +274,11 @@ export class AgentsService {
       if (patch.businessUseCase !== undefined) set('business_use_case', patch.businessUseCase);
       if (patch.prompt !== undefined) set('system_prompt', patch.prompt);
       if (patch.isPublic !== undefined) set('is_public', patch.isPublic);
-      if (patch.config !== undefined)
-        set('config', JSON.stringify(deepMerge(current.config, patch.config)), '::jsonb');
+      if (patch.config !== undefined) {
+        const merged = deepMerge(current.config, patch.config);
+        await assertToolApprovalNames(tx, this.ws, this.deps.config.signingSecret as string, merged);
+        set('config', JSON.stringify(merged), '::jsonb');
+      }
       if (patch.tools !== undefined) set('tool_bindings', JSON.stringify(patch.tools), '::jsonb');
       if (patch.integrationBindings !== undefined) {
         set('integration_bindings', JSON.stringify(patch.integrationBindings), '::jsonb');
@@ -387,6 +393,7 @@ export class AgentsService {
        where r.session_id = ? and r.kind = 'turn' and e.type = 'warning' order by e.run_id, e.seq`,
       [s.id],
     );
+    const approvals = await approvalsOfSession(this.em, s.id);
     const warnings = new Map<string, { code: string; message: string; server?: string }[]>();
     for (const w of warningRows) {
       const p = (typeof w.payload === 'string' ? JSON.parse(w.payload) : w.payload) as Record<
@@ -419,6 +426,7 @@ export class AgentsService {
         completed_at: iso(r.completed_at),
         error_message: (r.error as string) ?? null,
         warnings: warnings.get(r.id as string) ?? [],
+        approvals: approvals.get(r.id as string) ?? [],
         at: (r.created_at as Date).getTime?.() ?? Date.parse(String(r.created_at)),
       })),
     ];
@@ -615,7 +623,8 @@ export class AgentsService {
   async submitToolResult(input: { sessionId: string; toolCallId: string; result?: unknown; error?: string }) {
     const session = await this.requireSession(input.sessionId);
     const call = await runStore.getToolCall(this.em, input.toolCallId);
-    if (!call || call.workspaceId !== this.ws) throw notFound('Unknown toolCallId');
+    // An approval is decided through tool-approvals, never given a result here.
+    if (!call || call.workspaceId !== this.ws || call.kind !== 'result') throw notFound('Unknown toolCallId');
     if (call.sessionId !== session.id) throw forbidden('toolCallId does not belong to session');
     const settled = await this.deps.runs.settleToolCall(
       call.id,
