@@ -35,6 +35,23 @@ export type ApprovalOutcome =
   | { approved: true; arguments: Record<string, unknown> }
   | { approved: false; error: string };
 
+/** `tool_call.approval_decided` of a settled approval call (emitted by the resumed run). */
+export function decidedEvent(runId: string, call: ToolCallRecord | undefined, id: string, name: string) {
+  const status =
+    call?.status === 'approved' || call?.status === 'denied' || call?.status === 'expired'
+      ? call.status
+      : 'cancelled';
+  const outcome = approvalOutcome(call);
+  return {
+    runId,
+    toolCallId: id,
+    name,
+    status,
+    ...(outcome.approved ? { arguments: outcome.arguments } : {}),
+    ...(status === 'denied' ? { reason: call?.error ?? null } : {}),
+  };
+}
+
 /** What a settled approval call means for the turn: run the tool, or tell the model why not. */
 export function approvalOutcome(call: ToolCallRecord | undefined): ApprovalOutcome {
   if (call?.status === 'approved') {
@@ -139,15 +156,8 @@ export async function decideToolApproval(
     throw conflict('toolCallId is already decided', 'APPROVAL_DECIDED', { status: now.status });
   }
   const status = decided.status as 'approved' | 'denied';
-  await runs.appendEvent(decided.runId, 'tool_call.approval_decided', {
-    runId: decided.runId,
-    toolCallId: decided.id,
-    name: decided.name,
-    status,
-    ...(status === 'approved'
-      ? { arguments: (decided.result as { arguments: unknown }).arguments }
-      : { reason: decided.error }),
-  });
+  // The resumed run reports the decision (`tool_call.approval_decided`): the run may still hold
+  // its lease here, with events not written yet, so nothing is appended to its log from here.
   if (await runStore.unpark(em, decided.runId)) await runs.bus.publish({ t: 'wake' });
   return { accepted: true as const, sessionId, toolCallId: decided.id, status };
 }

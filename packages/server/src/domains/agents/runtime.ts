@@ -21,6 +21,7 @@ import { coalesceWindowMs, TextCoalescer } from '../../runs/text-coalescer.js';
 import {
   APPROVAL_DEADLINE_DEFAULT_MS,
   approvalOutcome,
+  decidedEvent,
   needsApproval,
   requestApproval,
 } from './approvals.js';
@@ -373,6 +374,7 @@ export class TurnExecutor implements RunExecutor {
       const call = { id: p.modelCallId, name: p.name };
       if (p.approval) {
         const outcome = approvalOutcome(c);
+        await exec.emit('tool_call.approval_decided', decidedEvent(run.id, c, p.id, p.name));
         const approval = {
           status: c?.status ?? 'failed',
           ...(c?.status === 'denied' ? { reason: c.error } : {}),
