@@ -428,7 +428,7 @@ describe('other tool owners', () => {
 });
 
 describe('autonomous runs', () => {
-  it('use the same flow; the run events say when the run waits for a decision', async () => {
+  it('use the same flow; the run events and the webhook say when the run waits for a decision', async () => {
     const a = await ts.api('/managed-agents/agents', {
       method: 'POST',
       key: ws.apiKey,
@@ -451,7 +451,7 @@ describe('autonomous runs', () => {
     const created = await ts.api(`/managed-agents/agents/${agentId}/runs`, {
       method: 'POST',
       key: ws.apiKey,
-      json: { task: 'Refund R-1' },
+      json: { task: 'Refund R-1', webhookUrl: `${callbacks.url}/hooks` },
     });
     expect(created.status).toBe(201);
     const { runId, sessionId } = (await created.json()) as { runId: string; sessionId: string };
@@ -464,6 +464,22 @@ describe('autonomous runs', () => {
       .toContain('tool_call.approval_required');
     const waitEv = (await detail()).events.find((e: any) => e.event_type === 'tool_call.approval_required');
     expect(refundCalls().length).toBe(before);
+    // The webhook says it waits (signed like the completion webhook; the call id is the delivery id).
+    const hooks = () => callbacks.requests.filter((r) => r.path === '/hooks');
+    await expect.poll(() => hooks().length, { timeout: 30_000 }).toBe(1);
+    const notice = hooks()[0];
+    expect(notice?.headers['webhook-id']).toBe(waitEv.payload.toolCallId);
+    expect(notice?.headers['x-aisuite-event']).toBe('run.approval_required');
+    expect(notice?.body).toMatchObject({
+      type: 'run.approval_required',
+      runId,
+      agentId,
+      sessionId,
+      toolCallId: waitEv.payload.toolCallId,
+      name: 'issue_refund',
+      arguments: { orderId: 'R-1', amount: 3 },
+      deadline: waitEv.payload.deadline,
+    });
     expect(await decide(sessionId, { toolCallId: waitEv.payload.toolCallId, approved: true })).toMatchObject({
       status: 200,
       body: { status: 'approved' },
@@ -474,5 +490,8 @@ describe('autonomous runs', () => {
         .slice(before)
         .map((r) => r.body.arguments),
     ).toEqual([{ orderId: 'R-1', amount: 3 }]);
+    await expect
+      .poll(() => hooks().map((r) => r.body.type), { timeout: 30_000 })
+      .toEqual(['run.approval_required', 'run.completed']);
   });
 });
