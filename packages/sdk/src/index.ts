@@ -10,6 +10,8 @@ export {
   type AgentEventType,
   AgentRunError,
   AgentTurnStream,
+  type ApprovalRequest,
+  type ApproveHandler,
   type ToolHandler,
   type ToolHandlerContext,
   type ToolHandlers,
@@ -18,6 +20,7 @@ export { AppChatStream, AppChatStreamError } from './lib/app-chat-stream.js';
 export { type FileLike, type ToFileInput, toFile } from './lib/to-file.js';
 export { MissingToolHandlerError, type PendingToolCall } from './lib/tools.js';
 export {
+  type RunApprovalWebhook,
   type RunWebhook,
   type ToolCallWebhook,
   type VerifyWebhookOptions,

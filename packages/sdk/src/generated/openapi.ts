@@ -575,6 +575,46 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/managed-agents/sessions/{sessionId}/tool-approvals": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Approve or deny a tool call waiting for a decision; the turn resumes
+         * @description 403 `toolCallId does not belong to session`; 404 `Unknown toolCallId`; 409 once decided (`APPROVAL_DECIDED`) or past its deadline (`APPROVAL_EXPIRED`); 400 when `arguments` break the tool's inputSchema (`INVALID_ARGUMENTS`). docs/agents.md, "Tool approval".
+         */
+        post: operations["agents-decideToolApproval"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/managed-agents/agents/{agentId}/tool-approvals": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Tool calls of the agent's runs waiting for a decision (extension of the spec)
+         * @description Oldest first; calls past their deadline are left out. docs/agents.md, "Tool approval".
+         */
+        get: operations["agents-listPendingApprovals"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/managed-agents/sessions/{sessionId}/cancel": {
         parameters: {
             query?: never;
@@ -1880,6 +1920,8 @@ export interface components {
                 maxWallClockMs?: number;
             };
             toolAllowlist?: string[] | null;
+            /** @description Tools (platform, custom, MCP `<server>__<tool>`, pack) whose calls wait for a person's decision; `"*"` for all (docs/agents.md, "Tool approval") At most 200 items. */
+            toolApproval?: string[];
             /** @description At most 64 items. */
             customTools?: components["schemas"]["CustomTool"][];
         };
@@ -2541,6 +2583,8 @@ export interface components {
             error_message: string | null;
             /** @description What the turn reported but survived, e.g. an unreachable MCP server (docs/agents.md) */
             warnings: components["schemas"]["TurnWarning"][];
+            /** @description Calls of the run that needed a person's decision (docs/agents.md, "Tool approval") */
+            approvals: components["schemas"]["ToolApproval"][];
         };
         TurnWarning: {
             /** @description `MCP_SERVER_UNAVAILABLE` */
@@ -2549,12 +2593,44 @@ export interface components {
             /** @description Name of the MCP server concerned */
             server?: string;
         };
+        ToolApproval: {
+            toolCallId: string;
+            runId: string;
+            sessionId: string | null;
+            name: string;
+            /** @description What the model asked to run the tool with */
+            arguments: {
+                [key: string]: unknown;
+            };
+            /**
+             * @description `cancelled`: the run ended (cancelled or failed) before a decision
+             * @enum {string}
+             */
+            status: "pending" | "approved" | "denied" | "expired" | "cancelled";
+            /** @description What the tool runs with, once approved */
+            approvedArguments: {
+                [key: string]: unknown;
+            } | null;
+            /** @description The reason given with a denial */
+            reason: string | null;
+            deadline: string;
+            createdAt: string;
+            decidedAt: string | null;
+        };
         ToolResultAccepted: {
             accepted: boolean;
             sessionId: string;
             toolCallId: string;
             /** @enum {string} */
             status: "completed" | "failed" | "expired";
+        };
+        ToolApprovalAccepted: {
+            /** @constant */
+            accepted: true;
+            sessionId: string;
+            toolCallId: string;
+            /** @enum {string} */
+            status: "approved" | "denied";
         };
         StorageList: {
             files: components["schemas"]["StorageFile"][];
@@ -5615,6 +5691,150 @@ export interface operations {
             };
             /** @description Insufficient access */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal server error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "agents-decideToolApproval": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sessionId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /** @description Not empty. */
+                    toolCallId: string;
+                    approved: boolean;
+                    /** @description With `approved: true`: replaces the model's arguments; checked against the tool's inputSchema */
+                    arguments?: {
+                        [key: string]: unknown;
+                    };
+                    /** @description Told to the model with a denial. At most 2000 characters. */
+                    reason?: string;
+                };
+            };
+        };
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ToolApprovalAccepted"];
+                };
+            };
+            /** @description currentPassword is incorrect; Validation error */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Insufficient access */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal server error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "agents-listPendingApprovals": {
+        parameters: {
+            query?: {
+                /** @description From 1 to 200. */
+                limit?: number;
+            };
+            header?: never;
+            path: {
+                agentId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        approvals: components["schemas"]["ToolApproval"][];
+                    };
+                };
+            };
+            /** @description currentPassword is incorrect; Validation error */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Insufficient access */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Session not found */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };

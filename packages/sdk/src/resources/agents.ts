@@ -8,6 +8,7 @@ import type {
   AgentListItem,
   AgentToolBinding,
   IntegrationBinding,
+  ToolApproval,
 } from './types.js';
 
 type Opts = { signal?: AbortSignal };
@@ -82,6 +83,23 @@ export class Agents {
 
   delete(agentId: string, opts: Opts = {}): APIPromise<{ deleted: true }> {
     return this.client.request({ method: 'DELETE', path: `/managed-agents/agents/${enc(agentId)}`, ...opts });
+  }
+
+  /**
+   * Tool calls of the agent's runs waiting for a person's decision, oldest first (`limit` 1 to
+   * 200, default 50); decide them with `sessions.approveToolCall` / `denyToolCall`.
+   */
+  pendingApprovals(
+    agentId: string,
+    query: { limit?: number } = {},
+    opts: Opts = {},
+  ): APIPromise<{ approvals: ToolApproval[] }> {
+    return this.client.request({
+      method: 'GET',
+      path: `/managed-agents/agents/${enc(agentId)}/tool-approvals`,
+      query,
+      ...opts,
+    });
   }
 }
 

@@ -32,6 +32,27 @@ export const ERRORS = {
     message: 'A workspace can have at most {MAX_ACTIVE_KEYS} active API keys',
   },
   API_KEY_MALFORMED: { status: 400, message: 'API key must be "svc_ai_" followed by 64 letters or digits' },
+  APPROVAL_ARGUMENTS_MISMATCH: {
+    status: 400,
+    code: 'INVALID_ARGUMENTS',
+    message: "arguments do not match the tool's inputSchema: {mismatch}",
+  },
+  APPROVAL_ARGUMENTS_TOO_LARGE: {
+    status: 400,
+    code: 'INVALID_ARGUMENTS',
+    message: 'arguments exceed {maxBytes} bytes',
+  },
+  APPROVAL_INPUT_SCHEMA_UNUSABLE: {
+    status: 400,
+    code: 'INVALID_ARGUMENTS',
+    message: "The tool's inputSchema cannot be used to check arguments: {reason}",
+  },
+  APPROVAL_TOOL_UNKNOWN: {
+    status: 400,
+    code: 'UNKNOWN_TOOL',
+    message:
+      '{field}: unknown tool "{name}" (not a platform, custom, integration-pack or configured MCP server tool)',
+  },
   CREDIT_AMOUNT_NOT_POSITIVE: { status: 400, message: 'Credit amount must be greater than zero' },
   DELIVERABLES_DISABLED: {
     status: 400,
@@ -337,6 +358,8 @@ export const ERRORS = {
   },
   ALREADY_MEMBER: { status: 409, code: 'ALREADY_MEMBER', message: 'Already a member of this workspace' },
   API_KEY_TAKEN: { status: 409, message: 'This API key is already registered' },
+  APPROVAL_DECIDED: { status: 409, code: 'APPROVAL_DECIDED', message: 'toolCallId is already decided' },
+  APPROVAL_EXPIRED: { status: 409, code: 'APPROVAL_EXPIRED', message: 'The approval deadline has passed' },
   EMAIL_TAKEN: { status: 409, code: 'EMAIL_TAKEN', message: 'An account with this email already exists' },
   LAST_OWNER: {
     status: 409,
