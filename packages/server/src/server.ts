@@ -16,6 +16,7 @@ import { registerAgentRuntime } from './domains/agents/runtime.js';
 import { closeDocumentPool } from './domains/rag/document-pool.js';
 import { registerRagIndexing } from './domains/rag/indexing.js';
 import { registerAutonomousRuns } from './domains/runs/runtime.js';
+import { registerScheduleTicker } from './domains/schedules/runtime.js';
 import { runHeadlessInit } from './domains/workspaces/init.js';
 import { createRequestListener } from './http/fast-path.js';
 import { createLogger } from './logger.js';
@@ -94,6 +95,7 @@ export async function createServer(opts: CreateServerOptions = {}): Promise<AiSu
   const autonomous = registerAutonomousRuns(deps);
   registerRagIndexing(deps);
   await runs.start();
+  const scheduleTicker = registerScheduleTicker(deps);
   const app = createApp(deps);
   let server: http.Server | undefined;
   let closing: Promise<void> | undefined;
@@ -132,6 +134,7 @@ export async function createServer(opts: CreateServerOptions = {}): Promise<AiSu
           await done;
           clearTimeout(timer);
         }
+        await scheduleTicker.stop();
         await autonomous.stop();
         await runs.stop();
         await closeDocumentPool(deps);

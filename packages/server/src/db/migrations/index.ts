@@ -4,6 +4,7 @@ import { Migration202611250300_rag_index_runs } from './Migration202611250300_ra
 import { Migration202611260100_rag_lexeme_df } from './Migration202611260100_rag_lexeme_df.js';
 import { Migration202611260200_rag_vector_index } from './Migration202611260200_rag_vector_index.js';
 import { Migration202611270100_run_retry_backoff } from './Migration202611270100_run_retry_backoff.js';
+import { Migration202612060200_agent_schedules } from './Migration202612060200_agent_schedules.js';
 import { Migration20261121000000_foundation } from './Migration20261121000000_foundation.js';
 import { Migration20261121010000_metering } from './Migration20261121010000_metering.js';
 import { Migration20261121020000_storage } from './Migration20261121020000_storage.js';
@@ -50,4 +51,5 @@ export const migrationsList: MigrationObject[] = [
   { name: 'Migration202611260200_rag_vector_index', class: Migration202611260200_rag_vector_index },
   { name: 'Migration202611260100_rag_lexeme_df', class: Migration202611260100_rag_lexeme_df },
   { name: 'Migration202611270100_run_retry_backoff', class: Migration202611270100_run_retry_backoff },
+  { name: 'Migration202612060200_agent_schedules', class: Migration202612060200_agent_schedules },
 ];
