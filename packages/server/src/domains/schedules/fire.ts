@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import type { ServerDeps } from '../../context.js';
-import { AppError } from '../../http/errors.js';
+import { INSUFFICIENT_CREDITS } from '../../metering/service.js';
 import { runStore } from '../../runs/index.js';
 import { effectiveConfig } from '../agents/config.js';
 import { insertAutonomousRun } from '../runs/create.js';
@@ -93,15 +93,16 @@ export async function writeScheduledRun(
   return created;
 }
 
-/** The credit check of a run the caller cannot be told about: the 402's message, or null. */
-export async function creditShortfall(deps: ServerDeps, workspaceId: string): Promise<string | null> {
-  try {
-    await deps.metering?.assertCredits(workspaceId);
-    return null;
-  } catch (err) {
-    if (err instanceof AppError && err.status === 402) return err.message;
-    throw err;
-  }
+/**
+ * The credit check of a run no caller waits for (metering's `assertCredits`, read through the
+ * tick's own transaction: an embedded database has one connection, so a second one would
+ * wait for this transaction): the 402's message when the workspace has no credit, else null.
+ */
+export async function creditShortfall(tx: EntityManager, workspaceId: string): Promise<string | null> {
+  const rows = await tx.execute<Row[]>('select credit_balance_micros as b from workspaces where id = ?', [
+    workspaceId,
+  ]);
+  return Number(rows[0]?.b ?? 0) > 0 ? null : INSUFFICIENT_CREDITS;
 }
 
 export async function recordTick(
@@ -200,7 +201,7 @@ async function fireTick(
   if (s.overlap === 'skip' && s.last_run_id && (await isLive(tx, s.last_run_id))) {
     return { status: 'skipped', reason: SKIPPED_OVERLAP, runId: null };
   }
-  const creditError = await creditShortfall(deps, s.workspace_id);
+  const creditError = await creditShortfall(tx, s.workspace_id);
   const created = await writeScheduledRun(
     tx,
     deps,
