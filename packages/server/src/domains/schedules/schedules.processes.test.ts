@@ -157,7 +157,9 @@ describe.skipIf(!onServer)('schedules on several processes', { timeout: 300_000 
     expect(ticks.every((t) => t.status === 'started')).toBe(true);
     expect(runs).toHaveLength(ticks.length);
     expect(new Set(runs.map((r) => r.tick)).size).toBe(runs.length);
-    expect(runs.map((r) => r.tick).sort()).toEqual(ticks.map((t) => new Date(t.tick_at).toISOString()).sort());
+    expect(runs.map((r) => r.tick).sort()).toEqual(
+      ticks.map((t) => new Date(t.tick_at).toISOString()).sort(),
+    );
     // The ticks are the expression's times: whole even seconds.
     for (const t of ticks) expect(new Date(t.tick_at).getUTCSeconds() % 2).toBe(0);
     const started = await em().execute<{ n: string }[]>(
