@@ -23,10 +23,12 @@ export function formatInZone(iso: string, timeZone: string): string {
 }
 
 function every(seconds: number): string {
-  if (seconds % 86_400 === 0) return seconds === 86_400 ? 'a day' : `${seconds / 86_400} days`;
-  if (seconds % 3600 === 0) return seconds === 3600 ? 'an hour' : `${seconds / 3600} hours`;
-  if (seconds % 60 === 0) return seconds === 60 ? 'a minute' : `${seconds / 60} minutes`;
-  return `${seconds} seconds`;
+  const unit = (n: number, one: string, many: string) =>
+    n === 1 ? `once ${one}` : `once every ${n} ${many}`;
+  if (seconds % 86_400 === 0) return unit(seconds / 86_400, 'a day', 'days');
+  if (seconds % 3600 === 0) return unit(seconds / 3600, 'an hour', 'hours');
+  if (seconds % 60 === 0) return unit(seconds / 60, 'a minute', 'minutes');
+  return unit(seconds, 'a second', 'seconds');
 }
 
 /** The next five firings of what is typed, checked by the server as a schedule would be. */
@@ -59,9 +61,7 @@ function Preview({ cron, timezone }: { cron: string; timezone: string }) {
   if (!state.times) return null;
   return (
     <div data-testid="schedule-preview">
-      <p className="muted">
-        Next five runs{state.interval ? ` (at most once every ${every(state.interval)})` : ''}:
-      </p>
+      <p className="muted">Next five runs{state.interval ? ` (at most ${every(state.interval)})` : ''}:</p>
       <ol>
         {state.times.map((t) => (
           <li key={t} data-testid="schedule-preview-time">

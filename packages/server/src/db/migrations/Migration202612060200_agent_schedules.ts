@@ -43,7 +43,7 @@ export class Migration202612060200_agent_schedules extends Migration {
       );
       create unique index schedule_ticks_tick_idx on schedule_ticks (schedule_id, tick_at)
         where trigger = 'schedule';
-      create index schedule_ticks_history_idx on schedule_ticks (schedule_id, tick_at desc);
+      create index schedule_ticks_history_idx on schedule_ticks (schedule_id, created_at desc);
 
       alter table autonomous_runs add column schedule_id uuid;
       create index autonomous_runs_schedule_idx on autonomous_runs (app_id, schedule_id, created_at desc)

@@ -232,7 +232,7 @@ export class SchedulesService {
     const s = await this.requireSchedule(agentId, scheduleId);
     const rows = await this.em.execute<Row[]>(
       `select * from schedule_ticks where schedule_id = ? and workspace_id = ?
-       order by tick_at desc, created_at desc limit ?`,
+       order by created_at desc, id desc limit ?`,
       [s.id, this.ws, limit],
     );
     return rows.map((r) => ({
