@@ -63,7 +63,7 @@ describe('agent schedules', () => {
         .poll(() => section.getByTestId('schedule-preview').textContent())
         .toContain('(at most once a day)');
 
-      await section.getByLabel('Scheduled task').fill('Summarise the night');
+      await section.getByLabel('Instructions for each run').fill('Summarise the night');
       await section.getByRole('button', { name: 'Create schedule' }).click();
       const item = section.getByTestId('schedule');
       await expect.poll(() => item.count()).toBe(1);

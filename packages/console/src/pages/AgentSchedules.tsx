@@ -195,7 +195,7 @@ export function Schedules({ agentId }: { agentId: string }) {
             )}
           </Field>
         </div>
-        <Field label="Scheduled task">
+        <Field label="Instructions for each run">
           {(p) => <input {...p} required value={task} onChange={(e) => setTask(e.target.value)} />}
         </Field>
         <Preview cron={cron} timezone={timezone} />
