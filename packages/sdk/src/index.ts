@@ -58,10 +58,16 @@ export {
   pollDelay,
   type RunArtifactHandle,
   type RunCreateParams,
+  type RunListQuery,
   RunPollTimeoutError,
   Runs,
   TERMINAL_RUN_STATUSES,
 } from './resources/runs.js';
+export {
+  type CreateScheduleParams,
+  Schedules,
+  type UpdateScheduleParams,
+} from './resources/schedules.js';
 export type { SendMessageOptions } from './resources/sessions.js';
 export {
   type ImportFile,

@@ -1,6 +1,7 @@
 import type { AiSuite } from '../client.js';
 import type { APIPromise } from '../core/api-promise.js';
 import { PagePromise, singlePage } from '../core/pagination.js';
+import { Schedules } from './schedules.js';
 import type {
   AgentConfigInput,
   AgentCreated,
@@ -46,7 +47,12 @@ export interface UpdateAgentParams {
 
 /** Managed agents (`/managed-agents/agents`). */
 export class Agents {
-  constructor(private readonly client: AiSuite) {}
+  /** Schedules of an agent: an autonomous run at every tick of a cron expression. */
+  readonly schedules: Schedules;
+
+  constructor(private readonly client: AiSuite) {
+    this.schedules = new Schedules(client);
+  }
 
   /** Await for `{ agents }`, or `for await (const agent of client.agents.list())`. */
   /** The platform defaults every agent config is deep-merged over (an extension). */

@@ -51,6 +51,13 @@ interface Opts {
   signal?: AbortSignal;
 }
 
+export type RunListQuery = {
+  limit?: number;
+  offset?: number;
+  /** Only the runs this schedule started. */
+  scheduleId?: string;
+};
+
 export const TERMINAL_RUN_STATUSES = ['completed', 'failed', 'cancelled'] as const;
 export const isTerminalRunStatus = (s: string) => (TERMINAL_RUN_STATUSES as readonly string[]).includes(s);
 
@@ -158,12 +165,11 @@ export class Runs {
     return this.client.request({ method: 'POST', path: this.base(agentId), body: params, ...opts });
   }
 
-  /** Runs of the agent, newest first (`limit` 1 to 100, default 25); iterate for all of them. */
-  list(
-    agentId: string,
-    query: { limit?: number; offset?: number } = {},
-    opts: Opts = {},
-  ): PagePromise<RunList, Run, { limit?: number; offset?: number }> {
+  /**
+   * Runs of the agent, newest first (`limit` 1 to 100, default 25); iterate for all of them.
+   * `scheduleId` keeps the runs that schedule started (its ticks and its "run now").
+   */
+  list(agentId: string, query: RunListQuery = {}, opts: Opts = {}): PagePromise<RunList, Run, RunListQuery> {
     return new PagePromise(
       (q) => this.client.request({ method: 'GET', path: this.base(agentId), query: q, ...opts }),
       query,

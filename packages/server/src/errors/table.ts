@@ -201,6 +201,23 @@ export const ERRORS = {
     code: 'S3_NOT_CONFIGURED',
     message: 'S3_BUCKET is not set: set the S3_* variables of the bucket to move {p0}',
   },
+  SCHEDULE_CRON_INTERVAL_TOO_SHORT: {
+    status: 400,
+    code: 'CRON_INTERVAL_TOO_SHORT',
+    message: 'cron fires every {gap} seconds; the minimum interval is {minSeconds} seconds',
+  },
+  SCHEDULE_CRON_INVALID: { status: 400, code: 'INVALID_CRON', message: 'Invalid cron expression: {reason}' },
+  SCHEDULE_LIMIT_REACHED: {
+    status: 400,
+    code: 'TOO_MANY_SCHEDULES',
+    message: 'An agent has at most {max} schedules',
+  },
+  SCHEDULE_TIMEZONE_UNKNOWN: {
+    status: 400,
+    code: 'INVALID_TIMEZONE',
+    message: 'Unknown time zone: {timezone}',
+  },
+  SCHEDULE_WEBHOOK_URL_NOT_HTTP: { status: 400, message: 'metadata.webhookUrl must be an http(s) URL' },
   TOOL_SERVER_UNREACHABLE: {
     status: 400,
     code: 'TOOL_SERVER_UNREACHABLE',
@@ -339,6 +356,7 @@ export const ERRORS = {
   },
   PACK_NOT_FOUND: { status: 404, message: 'Pack not found' },
   RUN_NOT_FOUND: { status: 404, message: 'Run not found' },
+  SCHEDULE_NOT_FOUND: { status: 404, message: 'Schedule not found' },
   SESSION_NOT_FOUND: { status: 404, message: 'Session not found' },
   STORAGE_KEY_NOT_FOUND: { status: 404, message: 'Storage key not found' },
   THREAD_NOT_FOUND: { status: 404, message: 'Thread not found' },
