@@ -10,6 +10,8 @@ export {
   type AgentEventType,
   AgentRunError,
   AgentTurnStream,
+  type ApprovalRequest,
+  type ApproveHandler,
   type ToolHandler,
   type ToolHandlerContext,
   type ToolHandlers,
@@ -18,6 +20,7 @@ export { AppChatStream, AppChatStreamError } from './lib/app-chat-stream.js';
 export { type FileLike, type ToFileInput, toFile } from './lib/to-file.js';
 export { MissingToolHandlerError, type PendingToolCall } from './lib/tools.js';
 export {
+  type RunApprovalWebhook,
   type RunWebhook,
   type ToolCallWebhook,
   type VerifyWebhookOptions,
@@ -55,10 +58,16 @@ export {
   pollDelay,
   type RunArtifactHandle,
   type RunCreateParams,
+  type RunListQuery,
   RunPollTimeoutError,
   Runs,
   TERMINAL_RUN_STATUSES,
 } from './resources/runs.js';
+export {
+  type CreateScheduleParams,
+  Schedules,
+  type UpdateScheduleParams,
+} from './resources/schedules.js';
 export type { SendMessageOptions } from './resources/sessions.js';
 export {
   type ImportFile,

@@ -8,6 +8,7 @@ import { membersRouter } from './domains/members/router.js';
 import { modelsRouter } from './domains/models/router.js';
 import { ragRouter } from './domains/rag/router.js';
 import { runsRouter } from './domains/runs/router.js';
+import { schedulesRouter } from './domains/schedules/router.js';
 import { storageRouter } from './domains/storage/router.js';
 import { toolServersRouter } from './domains/tool-servers/router.js';
 import { widgetTokensRouter } from './domains/widget-tokens/router.js';
@@ -27,6 +28,7 @@ export const appRouter = router({
   apps: appsRouter,
   widgetTokens: widgetTokensRouter,
   runs: runsRouter,
+  schedules: schedulesRouter,
   insights: insightsRouter,
   models: modelsRouter,
   rag: ragRouter,

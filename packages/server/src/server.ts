@@ -17,6 +17,7 @@ import { registerAgentRuntime } from './domains/agents/runtime.js';
 import { closeDocumentPool } from './domains/rag/document-pool.js';
 import { registerRagIndexing } from './domains/rag/indexing.js';
 import { registerAutonomousRuns } from './domains/runs/runtime.js';
+import { registerScheduleTicker } from './domains/schedules/runtime.js';
 import { runHeadlessInit } from './domains/workspaces/init.js';
 import { allEntities } from './entities.js';
 import { createRequestListener } from './http/fast-path.js';
@@ -108,6 +109,7 @@ export async function createServer(opts: CreateServerOptions = {}): Promise<AiSu
   registerRagIndexing(deps);
   await runs.start();
   const unregisterGauges = registerGaugeSources(deps);
+  const scheduleTicker = registerScheduleTicker(deps);
   const app = createApp(deps);
   let server: http.Server | undefined;
   let metricsListener: { url: string; close(): Promise<void> } | undefined;
@@ -153,6 +155,7 @@ export async function createServer(opts: CreateServerOptions = {}): Promise<AiSu
         }
         await metricsListener?.close();
         unregisterGauges();
+        await scheduleTicker.stop();
         await autonomous.stop();
         await runs.stop();
         await closeDocumentPool(deps);

@@ -4,6 +4,8 @@ import { client } from '../api';
 import { changedPaths, deepMerge } from '../merge';
 import { Link, navigate } from '../router';
 import { ErrorNote, Field, formatDate, Loading, Page, useAction, useAsync } from '../ui';
+import { Schedules } from './AgentSchedules';
+import { PendingApprovals } from './approvals';
 
 const json = (v: unknown) => JSON.stringify(v, null, 2);
 
@@ -22,7 +24,9 @@ export function AgentDetail({ agentId }: { agentId: string }) {
         <>
           <Settings agent={a} onSaved={agent.reload} />
           <Config agent={a} onSaved={agent.reload} />
+          <PendingApprovals agentId={a.id} />
           {a.mode === 'autonomous' ? <Runs agentId={a.id} /> : <Sessions agentId={a.id} />}
+          {a.mode === 'autonomous' ? <Schedules agentId={a.id} /> : null}
         </>
       )}
     </Page>

@@ -2,6 +2,7 @@ import { type FormEvent, useState } from 'react';
 import { client } from '../api';
 import { Link } from '../router';
 import { ErrorNote, Field, formatDate, Loading, Page, useAsync } from '../ui';
+import { ApprovalCard } from './approvals';
 
 /** A session's timeline (messages, tool calls with arguments and results, turn runs) and a composer. */
 export function AgentSession({ agentId, sessionId }: { agentId: string; sessionId: string }) {
@@ -25,7 +26,11 @@ export function AgentSession({ agentId, sessionId }: { agentId: string; sessionI
           reply += ev.content;
           setLive((l) => [...l.filter((x) => !x.startsWith('Reply: ')), `Reply: ${reply}`]);
         } else if (ev.type === 'tool_call.started') setLive((l) => [...l, `Calling ${ev.name}…`]);
-        else if (ev.type === 'run.failed') throw new Error(ev.error);
+        else if (ev.type === 'tool_call.approval_required') {
+          // Shown in the timeline with Approve / Deny; the stream goes on once decided.
+          setLive((l) => [...l, `${ev.name} waits for your approval`]);
+          timeline.reload();
+        } else if (ev.type === 'run.failed') throw new Error(ev.error);
       }
     } catch (err) {
       setError(err);
@@ -80,6 +85,14 @@ export function AgentSession({ agentId, sessionId }: { agentId: string; sessionI
                     <div key={w.code + w.message} className="muted">
                       {w.code}: {w.message}
                     </div>
+                  ))}
+                  {ev.approvals.map((a) => (
+                    <ApprovalCard
+                      key={a.toolCallId}
+                      sessionId={sessionId}
+                      approval={a}
+                      onDecided={timeline.reload}
+                    />
                   ))}
                 </div>
               </li>

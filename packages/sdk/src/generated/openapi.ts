@@ -575,6 +575,46 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/managed-agents/sessions/{sessionId}/tool-approvals": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Approve or deny a tool call waiting for a decision; the turn resumes
+         * @description 403 `toolCallId does not belong to session`; 404 `Unknown toolCallId`; 409 once decided (`APPROVAL_DECIDED`) or past its deadline (`APPROVAL_EXPIRED`); 400 when `arguments` break the tool's inputSchema (`INVALID_ARGUMENTS`). docs/agents.md, "Tool approval".
+         */
+        post: operations["agents-decideToolApproval"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/managed-agents/agents/{agentId}/tool-approvals": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Tool calls of the agent's runs waiting for a decision (extension of the spec)
+         * @description Oldest first; calls past their deadline are left out. docs/agents.md, "Tool approval".
+         */
+        get: operations["agents-listPendingApprovals"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/managed-agents/sessions/{sessionId}/cancel": {
         parameters: {
             query?: never;
@@ -935,6 +975,94 @@ export interface paths {
         get: operations["runs-getRun"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/managed-agents/agents/{agentId}/schedules": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List the schedules of an agent */
+        get: operations["schedules-listSchedules"];
+        put?: never;
+        /** Create a schedule: an autonomous run of the agent at every tick of a cron expression */
+        post: operations["schedules-createSchedule"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/managed-agents/agents/{agentId}/schedules/{scheduleId}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Get a schedule */
+        get: operations["schedules-getSchedule"];
+        put?: never;
+        post?: never;
+        /** Delete a schedule (its runs stay) */
+        delete: operations["schedules-deleteSchedule"];
+        options?: never;
+        head?: never;
+        /** Update a schedule (only sent fields change; enabled: false pauses it) */
+        patch: operations["schedules-updateSchedule"];
+        trace?: never;
+    };
+    "/managed-agents/agents/{agentId}/schedules/{scheduleId}/run": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Run a schedule now (an autonomous run of its task, whatever its cron) */
+        post: operations["schedules-runSchedule"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/managed-agents/agents/{agentId}/schedules/{scheduleId}/ticks": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** History of a schedule, newest first: each tick (started, skipped, failed) and each run now */
+        get: operations["schedules-listScheduleTicks"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/managed-agents/schedules/preview": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Check a cron expression and time zone as a schedule would, and list its next firings */
+        post: operations["schedules-previewSchedule"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1880,6 +2008,8 @@ export interface components {
                 maxWallClockMs?: number;
             };
             toolAllowlist?: string[] | null;
+            /** @description Tools (platform, custom, MCP `<server>__<tool>`, pack) whose calls wait for a person's decision; `"*"` for all (docs/agents.md, "Tool approval") At most 200 items. */
+            toolApproval?: string[];
             /** @description At most 64 items. */
             customTools?: components["schemas"]["CustomTool"][];
         };
@@ -2541,6 +2671,8 @@ export interface components {
             error_message: string | null;
             /** @description What the turn reported but survived, e.g. an unreachable MCP server (docs/agents.md) */
             warnings: components["schemas"]["TurnWarning"][];
+            /** @description Calls of the run that needed a person's decision (docs/agents.md, "Tool approval") */
+            approvals: components["schemas"]["ToolApproval"][];
         };
         TurnWarning: {
             /** @description `MCP_SERVER_UNAVAILABLE` */
@@ -2549,12 +2681,44 @@ export interface components {
             /** @description Name of the MCP server concerned */
             server?: string;
         };
+        ToolApproval: {
+            toolCallId: string;
+            runId: string;
+            sessionId: string | null;
+            name: string;
+            /** @description What the model asked to run the tool with */
+            arguments: {
+                [key: string]: unknown;
+            };
+            /**
+             * @description `cancelled`: the run ended (cancelled or failed) before a decision
+             * @enum {string}
+             */
+            status: "pending" | "approved" | "denied" | "expired" | "cancelled";
+            /** @description What the tool runs with, once approved */
+            approvedArguments: {
+                [key: string]: unknown;
+            } | null;
+            /** @description The reason given with a denial */
+            reason: string | null;
+            deadline: string;
+            createdAt: string;
+            decidedAt: string | null;
+        };
         ToolResultAccepted: {
             accepted: boolean;
             sessionId: string;
             toolCallId: string;
             /** @enum {string} */
             status: "completed" | "failed" | "expired";
+        };
+        ToolApprovalAccepted: {
+            /** @constant */
+            accepted: true;
+            sessionId: string;
+            toolCallId: string;
+            /** @enum {string} */
+            status: "approved" | "denied";
         };
         StorageList: {
             files: components["schemas"]["StorageFile"][];
@@ -2925,6 +3089,45 @@ export interface components {
             mime_type: string;
             size_bytes: number;
             created_at: string;
+        };
+        Schedule: {
+            id: string;
+            agentId: string;
+            cron: string;
+            timezone: string;
+            task: string;
+            enabled: boolean;
+            /** @enum {string} */
+            overlap: "skip" | "queue";
+            metadata: {
+                [key: string]: string;
+            };
+            /** @description The next tick; null while paused */
+            nextRunAt: string | null;
+            /** @description When the schedule last started a run (tick or run now) */
+            lastRunAt: string | null;
+            createdAt: string;
+            updatedAt: string;
+        };
+        ScheduleRunCreated: {
+            runId: string;
+            sessionId: string;
+            created_at: string;
+        };
+        ScheduleTick: {
+            id: string;
+            /** @description The tick time (for "run now", when it was asked) */
+            tickAt: string;
+            /** @enum {string} */
+            trigger: "schedule" | "manual";
+            /**
+             * @description started: a run was created; skipped: overlap "skip" and the previous run was live; failed: see reason
+             * @enum {string}
+             */
+            status: "started" | "skipped" | "failed";
+            runId: string | null;
+            reason: string | null;
+            createdAt: string;
         };
         ConversationSummary: {
             id: string;
@@ -5633,6 +5836,150 @@ export interface operations {
             };
         };
     };
+    "agents-decideToolApproval": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sessionId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /** @description Not empty. */
+                    toolCallId: string;
+                    approved: boolean;
+                    /** @description With `approved: true`: replaces the model's arguments; checked against the tool's inputSchema */
+                    arguments?: {
+                        [key: string]: unknown;
+                    };
+                    /** @description Told to the model with a denial. At most 2000 characters. */
+                    reason?: string;
+                };
+            };
+        };
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ToolApprovalAccepted"];
+                };
+            };
+            /** @description currentPassword is incorrect; Validation error */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Insufficient access */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal server error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "agents-listPendingApprovals": {
+        parameters: {
+            query?: {
+                /** @description From 1 to 200. */
+                limit?: number;
+            };
+            header?: never;
+            path: {
+                agentId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        approvals: components["schemas"]["ToolApproval"][];
+                    };
+                };
+            };
+            /** @description currentPassword is incorrect; Validation error */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Insufficient access */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Session not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal server error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
     "agents-cancelRun": {
         parameters: {
             query?: never;
@@ -7198,6 +7545,8 @@ export interface operations {
                 limit?: number;
                 /** @description Items to skip: default 0; a negative value counts as 0. */
                 offset?: number;
+                /** @description Matching `^([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[1-8][0-9a-fA-F]{3}-[89abAB][0-9a-fA-F]{3}-[0-9a-fA-F]{12}|00000000-0000-0000-0000-000000000000|ffffffff-ffff-ffff-ffff-ffffffffffff)$`. */
+                scheduleId?: string;
             };
             header?: never;
             path: {
@@ -7385,6 +7734,604 @@ export interface operations {
             };
             /** @description Session not found */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal server error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "schedules-listSchedules": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                agentId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        schedules: components["schemas"]["Schedule"][];
+                    };
+                };
+            };
+            /** @description currentPassword is incorrect; Validation error */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Insufficient access */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Session not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal server error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "schedules-createSchedule": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                agentId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /** @description Cron expression: 5 fields (minute hour day-of-month month day-of-week), or 6 with seconds first; aliases such as @daily. Firings closer than SCHEDULE_MIN_INTERVAL_SECONDS (default 60) are refused. 1 to 200 characters. */
+                    cron: string;
+                    /**
+                     * @description IANA time zone the expression is read in (DST applied) 1 to 64 characters.
+                     * @default UTC
+                     */
+                    timezone?: string;
+                    /** @description 1 to 100,000 characters. */
+                    task: string;
+                    /** @default true */
+                    enabled?: boolean;
+                    /**
+                     * @description "skip": a tick is skipped (and recorded) while the previous run is live; "queue": it starts anyway
+                     * @default skip
+                     * @enum {string}
+                     */
+                    overlap?: "skip" | "queue";
+                    /** @description Copied onto every run the schedule starts (strings); webhookUrl, when set, is each run’s completion webhook */
+                    metadata?: {
+                        [key: string]: string;
+                    };
+                };
+            };
+        };
+        responses: {
+            /** @description Successful response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        schedule: components["schemas"]["Schedule"];
+                    };
+                };
+            };
+            /** @description currentPassword is incorrect; Validation error */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Insufficient access */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal server error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "schedules-getSchedule": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                agentId: string;
+                scheduleId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        schedule: components["schemas"]["Schedule"];
+                    };
+                };
+            };
+            /** @description currentPassword is incorrect; Validation error */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Insufficient access */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Session not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal server error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "schedules-deleteSchedule": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                agentId: string;
+                scheduleId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @constant */
+                        deleted: true;
+                    };
+                };
+            };
+            /** @description currentPassword is incorrect; Validation error */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Insufficient access */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Session not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal server error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "schedules-updateSchedule": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                agentId: string;
+                scheduleId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /** @description Cron expression: 5 fields (minute hour day-of-month month day-of-week), or 6 with seconds first; aliases such as @daily. Firings closer than SCHEDULE_MIN_INTERVAL_SECONDS (default 60) are refused. 1 to 200 characters. */
+                    cron?: string;
+                    /** @description IANA time zone the expression is read in (DST applied) 1 to 64 characters. */
+                    timezone?: string;
+                    /** @description 1 to 100,000 characters. */
+                    task?: string;
+                    /** @description false pauses the schedule; true resumes it from now */
+                    enabled?: boolean;
+                    /**
+                     * @description "skip": a tick is skipped (and recorded) while the previous run is live; "queue": it starts anyway
+                     * @enum {string}
+                     */
+                    overlap?: "skip" | "queue";
+                    /** @description Copied onto every run the schedule starts (strings); webhookUrl, when set, is each run’s completion webhook */
+                    metadata?: {
+                        [key: string]: string;
+                    };
+                };
+            };
+        };
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        schedule: components["schemas"]["Schedule"];
+                    };
+                };
+            };
+            /** @description currentPassword is incorrect; Validation error */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Insufficient access */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Session not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal server error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "schedules-runSchedule": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                agentId: string;
+                scheduleId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ScheduleRunCreated"];
+                };
+            };
+            /** @description currentPassword is incorrect; Validation error */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Insufficient access */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal server error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "schedules-listScheduleTicks": {
+        parameters: {
+            query?: {
+                /** @description Items per page: default 25, clamped to 1 to 100. */
+                limit?: number;
+            };
+            header?: never;
+            path: {
+                agentId: string;
+                scheduleId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        ticks: components["schemas"]["ScheduleTick"][];
+                    };
+                };
+            };
+            /** @description currentPassword is incorrect; Validation error */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Insufficient access */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Session not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal server error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    "schedules-previewSchedule": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /** @description Cron expression: 5 fields (minute hour day-of-month month day-of-week), or 6 with seconds first; aliases such as @daily. Firings closer than SCHEDULE_MIN_INTERVAL_SECONDS (default 60) are refused. 1 to 200 characters. */
+                    cron: string;
+                    /**
+                     * @description IANA time zone the expression is read in (DST applied) 1 to 64 characters.
+                     * @default UTC
+                     */
+                    timezone?: string;
+                    /**
+                     * @description From 1 to 20.
+                     * @default 5
+                     */
+                    count?: number;
+                };
+            };
+        };
+        responses: {
+            /** @description Successful response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @description The next firings (ISO 8601, UTC) */
+                        times: string[];
+                        /** @description Shortest time between two firings (up to a day) */
+                        intervalSeconds: number;
+                    };
+                };
+            };
+            /** @description currentPassword is incorrect; Validation error */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authorization not provided */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Insufficient access */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -1,8 +1,10 @@
 import type { AiSuite } from '../client.js';
 import { AiSuiteError, APIUserAbortError } from '../core/errors.js';
 import { readServerSentEvents } from '../core/sse.js';
+import { type ApproveHandler, answerApproval } from './approvals.js';
 import { answerToolCall, MissingToolHandlerError, type PendingToolCall, type ToolHandlers } from './tools.js';
 
+export type { ApprovalRequest, ApproveHandler } from './approvals.js';
 export type { ToolHandler, ToolHandlerContext, ToolHandlers } from './tools.js';
 
 /** The events of a managed-agent turn (docs/agents.md). */
@@ -17,6 +19,27 @@ export type AgentEvent =
       name: string;
       arguments: any;
       deadline?: string;
+    }
+  | {
+      /** The call waits for a person's decision: `approveToolCall` / `denyToolCall` (or `approve`). */
+      type: 'tool_call.approval_required';
+      runId: string;
+      toolCallId: string;
+      name: string;
+      arguments: any;
+      deadline: string;
+    }
+  | {
+      /** Reported as the run resumes: `expired` past the deadline, `cancelled` when the run ended first. */
+      type: 'tool_call.approval_decided';
+      runId: string;
+      toolCallId: string;
+      name: string;
+      status: 'approved' | 'denied' | 'expired' | 'cancelled';
+      /** What the tool runs with (approved). */
+      arguments?: any;
+      /** The reason given with a denial. */
+      reason?: string | null;
     }
   | { type: 'tool_call.started'; runId: string; toolCallId: string; name: string; arguments: any }
   | {
@@ -59,6 +82,7 @@ interface StreamSource {
   runId?: string;
   lastEventId?: string;
   tools?: ToolHandlers;
+  approve?: ApproveHandler;
   signal?: AbortSignal;
   maxReconnects?: number;
 }
@@ -256,6 +280,14 @@ export class AgentTurnStream implements AsyncIterable<AgentEvent> {
       }
     }
     if (event.type === 'tool_call.completed') this.unanswered.delete(event.toolCallId);
+    if (
+      event.type === 'tool_call.approval_required' &&
+      this.source.approve &&
+      !this.handled.has(event.toolCallId)
+    ) {
+      this.handled.add(event.toolCallId);
+      this.toolTasks.push(answerApproval(this.client, this.sessionId, this.source.approve, event));
+    }
   }
 
   private async waitForRunId(): Promise<string> {

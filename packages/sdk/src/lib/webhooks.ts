@@ -60,7 +60,29 @@ export interface RunWebhook {
   timestamp: string;
 }
 
-export type WebhookEvent = ToolCallWebhook | RunWebhook;
+/**
+ * An autonomous run waits for a person's decision on a tool call (docs/runs.md, "Waiting for a
+ * decision"); `webhook-id` is the tool call id. Decide with `sessions.approveToolCall` /
+ * `denyToolCall`.
+ */
+export interface RunApprovalWebhook {
+  type: 'run.approval_required';
+  id: string;
+  runId: string;
+  agentId: string;
+  sessionId: string;
+  status: 'running';
+  task: string;
+  toolCallId: string;
+  name: string;
+  arguments: Record<string, unknown>;
+  deadline: string;
+  metadata: Record<string, unknown>;
+  attempt: number;
+  timestamp: string;
+}
+
+export type WebhookEvent = ToolCallWebhook | RunWebhook | RunApprovalWebhook;
 
 const PREFIX = 'whsec_';
 

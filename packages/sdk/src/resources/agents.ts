@@ -1,6 +1,7 @@
 import type { AiSuite } from '../client.js';
 import type { APIPromise } from '../core/api-promise.js';
 import { PagePromise, singlePage } from '../core/pagination.js';
+import { Schedules } from './schedules.js';
 import type {
   AgentConfigInput,
   AgentCreated,
@@ -8,6 +9,7 @@ import type {
   AgentListItem,
   AgentToolBinding,
   IntegrationBinding,
+  ToolApproval,
 } from './types.js';
 
 type Opts = { signal?: AbortSignal };
@@ -45,7 +47,12 @@ export interface UpdateAgentParams {
 
 /** Managed agents (`/managed-agents/agents`). */
 export class Agents {
-  constructor(private readonly client: AiSuite) {}
+  /** Schedules of an agent: an autonomous run at every tick of a cron expression. */
+  readonly schedules: Schedules;
+
+  constructor(private readonly client: AiSuite) {
+    this.schedules = new Schedules(client);
+  }
 
   /** Await for `{ agents }`, or `for await (const agent of client.agents.list())`. */
   /** The platform defaults every agent config is deep-merged over (an extension). */
@@ -82,6 +89,23 @@ export class Agents {
 
   delete(agentId: string, opts: Opts = {}): APIPromise<{ deleted: true }> {
     return this.client.request({ method: 'DELETE', path: `/managed-agents/agents/${enc(agentId)}`, ...opts });
+  }
+
+  /**
+   * Tool calls of the agent's runs waiting for a person's decision, oldest first (`limit` 1 to
+   * 200, default 50); decide them with `sessions.approveToolCall` / `denyToolCall`.
+   */
+  pendingApprovals(
+    agentId: string,
+    query: { limit?: number } = {},
+    opts: Opts = {},
+  ): APIPromise<{ approvals: ToolApproval[] }> {
+    return this.client.request({
+      method: 'GET',
+      path: `/managed-agents/agents/${enc(agentId)}/tool-approvals`,
+      query,
+      ...opts,
+    });
   }
 }
 

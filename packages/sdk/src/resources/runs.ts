@@ -2,6 +2,7 @@ import type { AiSuite } from '../client.js';
 import type { APIPromise } from '../core/api-promise.js';
 import { AiSuiteError, APIUserAbortError } from '../core/errors.js';
 import { offsetPages, PagePromise } from '../core/pagination.js';
+import { type ApprovalRequest, type ApproveHandler, answerApproval } from '../lib/approvals.js';
 import {
   answerToolCall,
   MissingToolHandlerError,
@@ -39,11 +40,23 @@ export interface PollOptions {
    * handler throws `MissingToolHandlerError` at once.
    */
   tools?: ToolHandlers;
+  /**
+   * Decides calls waiting for approval, as for `sessions.send` (`true`, `{arguments}`, `false`,
+   * `{reason}`). Without it, polling goes on while a person decides elsewhere.
+   */
+  approve?: ApproveHandler;
 }
 
 interface Opts {
   signal?: AbortSignal;
 }
+
+export type RunListQuery = {
+  limit?: number;
+  offset?: number;
+  /** Only the runs this schedule started. */
+  scheduleId?: string;
+};
 
 export const TERMINAL_RUN_STATUSES = ['completed', 'failed', 'cancelled'] as const;
 export const isTerminalRunStatus = (s: string) => (TERMINAL_RUN_STATUSES as readonly string[]).includes(s);
@@ -63,6 +76,26 @@ function pendingToolCalls(detail: RunDetail): PendingToolCall[] {
       name: String(e.payload.name),
       arguments: e.payload.arguments,
       deadline: typeof e.payload.deadline === 'string' ? e.payload.deadline : undefined,
+    }));
+}
+
+/** Calls of the run waiting for a person's decision: no `tool_call.approval_decided` yet. */
+function pendingApprovals(detail: RunDetail): ApprovalRequest[] {
+  const decided = new Set(
+    detail.events
+      .filter((e) => e.event_type === 'tool_call.approval_decided')
+      .map((e) => String(e.payload.toolCallId)),
+  );
+  return detail.events
+    .filter(
+      (e) => e.event_type === 'tool_call.approval_required' && !decided.has(String(e.payload.toolCallId)),
+    )
+    .map((e) => ({
+      toolCallId: String(e.payload.toolCallId),
+      runId: detail.run.id,
+      name: String(e.payload.name),
+      arguments: e.payload.arguments,
+      deadline: String(e.payload.deadline),
     }));
 }
 
@@ -132,12 +165,11 @@ export class Runs {
     return this.client.request({ method: 'POST', path: this.base(agentId), body: params, ...opts });
   }
 
-  /** Runs of the agent, newest first (`limit` 1 to 100, default 25); iterate for all of them. */
-  list(
-    agentId: string,
-    query: { limit?: number; offset?: number } = {},
-    opts: Opts = {},
-  ): PagePromise<RunList, Run, { limit?: number; offset?: number }> {
+  /**
+   * Runs of the agent, newest first (`limit` 1 to 100, default 25); iterate for all of them.
+   * `scheduleId` keeps the runs that schedule started (its ticks and its "run now").
+   */
+  list(agentId: string, query: RunListQuery = {}, opts: Opts = {}): PagePromise<RunList, Run, RunListQuery> {
     return new PagePromise(
       (q) => this.client.request({ method: 'GET', path: this.base(agentId), query: q, ...opts }),
       query,
@@ -175,9 +207,14 @@ export class Runs {
         answered.add(call.toolCallId);
         await answerToolCall(this.client, data.run.session_id, handler, call, signal);
       }
+      const approvals = opts.approve ? pendingApprovals(data).filter((c) => !answered.has(c.toolCallId)) : [];
+      for (const call of approvals) {
+        answered.add(call.toolCallId);
+        await answerApproval(this.client, data.run.session_id, opts.approve as ApproveHandler, call);
+      }
       // Right after answering, the run resumes: look again soon rather than after the hint.
       const wait =
-        calls.length > 0
+        calls.length + approvals.length > 0
           ? Math.min(250, opts.intervalMs ?? 250)
           : pollDelay(response.headers, opts.intervalMs ?? 2000);
       if (Date.now() + wait > deadline) throw new RunPollTimeoutError(runId, last);

@@ -1,9 +1,9 @@
 import type { AiSuite } from '../client.js';
 import type { APIPromise } from '../core/api-promise.js';
 import { offsetPages, PagePromise } from '../core/pagination.js';
-import { AgentTurnStream, type ToolHandlers } from '../lib/agent-stream.js';
+import { AgentTurnStream, type ApproveHandler, type ToolHandlers } from '../lib/agent-stream.js';
 import { enc } from './agents.js';
-import type { AgentSession, SessionTimeline, ToolResultAccepted } from './types.js';
+import type { AgentSession, SessionTimeline, ToolApprovalAccepted, ToolResultAccepted } from './types.js';
 
 type Opts = { signal?: AbortSignal };
 
@@ -12,6 +12,12 @@ export interface SendMessageOptions {
   model?: string;
   /** Handlers of integrator-owned tools, run automatically when the agent asks for them. */
   tools?: ToolHandlers;
+  /**
+   * Decides calls of tools the agent's `toolApproval` names, as they come: `true`, `{arguments}`
+   * (run with these instead), `false` or `{reason}` (declined). Without it, the call waits for
+   * `approveToolCall` / `denyToolCall` (e.g. a person in the console) until its deadline.
+   */
+  approve?: ApproveHandler;
   /** When a turn is already running: `reject` (409, default), `queue` or `interrupt`. */
   concurrency?: 'reject' | 'queue' | 'interrupt';
   /** Aborts the stream (the turn goes on server-side; use `cancel` to stop it). */
@@ -109,6 +115,43 @@ export class Sessions {
     });
   }
 
+  /**
+   * Approves a call waiting for a decision (`tool_call.approval_required`); `arguments` replace
+   * the model's and must match the tool's inputSchema (`BadRequestError` otherwise). The turn
+   * resumes and the tool runs. `ConflictError` once decided or past the deadline,
+   * `NotFoundError` `Unknown toolCallId`, `PermissionDeniedError` for another session's call.
+   */
+  approveToolCall(
+    sessionId: string,
+    toolCallId: string,
+    body: { arguments?: Record<string, unknown> } = {},
+    opts: Opts = {},
+  ): APIPromise<ToolApprovalAccepted> {
+    return this.client.request({
+      method: 'POST',
+      path: `/managed-agents/sessions/${enc(sessionId)}/tool-approvals`,
+      body: { toolCallId, approved: true, ...body },
+      maxRetries: 0,
+      ...opts,
+    });
+  }
+
+  /** Declines a call waiting for a decision: the model is told a person declined, with `reason`. */
+  denyToolCall(
+    sessionId: string,
+    toolCallId: string,
+    body: { reason?: string } = {},
+    opts: Opts = {},
+  ): APIPromise<ToolApprovalAccepted> {
+    return this.client.request({
+      method: 'POST',
+      path: `/managed-agents/sessions/${enc(sessionId)}/tool-approvals`,
+      body: { toolCallId, approved: false, ...body },
+      maxRetries: 0,
+      ...opts,
+    });
+  }
+
   /** Cancels a running turn (or autonomous run); `BadRequestError` `Run is <status>` otherwise. */
   cancel(
     sessionId: string,
@@ -149,6 +192,7 @@ export class Sessions {
           maxRetries: 0,
         }),
       tools: options.tools,
+      approve: options.approve,
       signal: options.signal,
       maxReconnects: options.maxReconnects,
     });
@@ -158,12 +202,18 @@ export class Sessions {
   stream(
     sessionId: string,
     runId: string,
-    options: { lastEventId?: string | number; tools?: ToolHandlers; signal?: AbortSignal } = {},
+    options: {
+      lastEventId?: string | number;
+      tools?: ToolHandlers;
+      approve?: ApproveHandler;
+      signal?: AbortSignal;
+    } = {},
   ): AgentTurnStream {
     return new AgentTurnStream(this.client, sessionId, {
       runId,
       lastEventId: options.lastEventId === undefined ? undefined : String(options.lastEventId),
       tools: options.tools,
+      approve: options.approve,
       signal: options.signal,
     });
   }

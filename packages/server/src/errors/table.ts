@@ -32,6 +32,27 @@ export const ERRORS = {
     message: 'A workspace can have at most {MAX_ACTIVE_KEYS} active API keys',
   },
   API_KEY_MALFORMED: { status: 400, message: 'API key must be "svc_ai_" followed by 64 letters or digits' },
+  APPROVAL_ARGUMENTS_MISMATCH: {
+    status: 400,
+    code: 'INVALID_ARGUMENTS',
+    message: "arguments do not match the tool's inputSchema: {mismatch}",
+  },
+  APPROVAL_ARGUMENTS_TOO_LARGE: {
+    status: 400,
+    code: 'INVALID_ARGUMENTS',
+    message: 'arguments exceed {maxBytes} bytes',
+  },
+  APPROVAL_INPUT_SCHEMA_UNUSABLE: {
+    status: 400,
+    code: 'INVALID_ARGUMENTS',
+    message: "The tool's inputSchema cannot be used to check arguments: {reason}",
+  },
+  APPROVAL_TOOL_UNKNOWN: {
+    status: 400,
+    code: 'UNKNOWN_TOOL',
+    message:
+      '{field}: unknown tool "{name}" (not a platform, custom, integration-pack or configured MCP server tool)',
+  },
   CREDIT_AMOUNT_NOT_POSITIVE: { status: 400, message: 'Credit amount must be greater than zero' },
   DELIVERABLES_DISABLED: {
     status: 400,
@@ -180,6 +201,23 @@ export const ERRORS = {
     code: 'S3_NOT_CONFIGURED',
     message: 'S3_BUCKET is not set: set the S3_* variables of the bucket to move {p0}',
   },
+  SCHEDULE_CRON_INTERVAL_TOO_SHORT: {
+    status: 400,
+    code: 'CRON_INTERVAL_TOO_SHORT',
+    message: 'cron fires every {gap} seconds; the minimum interval is {minSeconds} seconds',
+  },
+  SCHEDULE_CRON_INVALID: { status: 400, code: 'INVALID_CRON', message: 'Invalid cron expression: {reason}' },
+  SCHEDULE_LIMIT_REACHED: {
+    status: 400,
+    code: 'TOO_MANY_SCHEDULES',
+    message: 'An agent has at most {max} schedules',
+  },
+  SCHEDULE_TIMEZONE_UNKNOWN: {
+    status: 400,
+    code: 'INVALID_TIMEZONE',
+    message: 'Unknown time zone: {timezone}',
+  },
+  SCHEDULE_WEBHOOK_URL_NOT_HTTP: { status: 400, message: 'metadata.webhookUrl must be an http(s) URL' },
   TOOL_SERVER_UNREACHABLE: {
     status: 400,
     code: 'TOOL_SERVER_UNREACHABLE',
@@ -318,6 +356,7 @@ export const ERRORS = {
   },
   PACK_NOT_FOUND: { status: 404, message: 'Pack not found' },
   RUN_NOT_FOUND: { status: 404, message: 'Run not found' },
+  SCHEDULE_NOT_FOUND: { status: 404, message: 'Schedule not found' },
   SESSION_NOT_FOUND: { status: 404, message: 'Session not found' },
   STORAGE_KEY_NOT_FOUND: { status: 404, message: 'Storage key not found' },
   THREAD_NOT_FOUND: { status: 404, message: 'Thread not found' },
@@ -337,6 +376,8 @@ export const ERRORS = {
   },
   ALREADY_MEMBER: { status: 409, code: 'ALREADY_MEMBER', message: 'Already a member of this workspace' },
   API_KEY_TAKEN: { status: 409, message: 'This API key is already registered' },
+  APPROVAL_DECIDED: { status: 409, code: 'APPROVAL_DECIDED', message: 'toolCallId is already decided' },
+  APPROVAL_EXPIRED: { status: 409, code: 'APPROVAL_EXPIRED', message: 'The approval deadline has passed' },
   EMAIL_TAKEN: { status: 409, code: 'EMAIL_TAKEN', message: 'An account with this email already exists' },
   LAST_OWNER: {
     status: 409,

@@ -324,13 +324,15 @@ export class RunEngine {
     const em = this.opts.em();
     const call = await toolCallStore.settleToolCall(em, id, outcome);
     if (!call) return null;
-    await this.appendEvent(call.runId, 'tool_call.completed', {
-      runId: call.runId,
-      toolCallId: call.id,
-      name: call.name,
-      status: call.status === 'completed' ? 'completed' : 'error',
-      ...(call.status === 'completed' ? { result: call.result } : { error: call.error }),
-    });
+    // A call waiting on a person's decision: the resumed run reports how it ended.
+    if (call.kind !== 'approval')
+      await this.appendEvent(call.runId, 'tool_call.completed', {
+        runId: call.runId,
+        toolCallId: call.id,
+        name: call.name,
+        status: call.status === 'completed' ? 'completed' : 'error',
+        ...(call.status === 'completed' ? { result: call.result } : { error: call.error }),
+      });
     if (await runStore.unpark(em, call.runId)) await this.opts.bus.publish({ t: 'wake' });
     return call;
   }

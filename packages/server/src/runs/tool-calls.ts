@@ -12,8 +12,10 @@ export function toToolCall(r: Row): ToolCallRecord {
     modelCallId: r.model_call_id as string,
     name: r.name as string,
     arguments: json(r.arguments),
+    kind: (r.kind as ToolCallRecord['kind']) ?? 'result',
     status: r.status as ToolCallRecord['status'],
     result: json(r.result),
+    inputSchema: (json(r.input_schema) as Record<string, unknown> | null) ?? null,
     error: (r.error as string) ?? null,
     deadlineAt: toDate(r.deadline_at) as Date,
     createdAt: toDate(r.created_at) as Date,
@@ -33,11 +35,14 @@ export const toolCallStore = {
       name: string;
       arguments: unknown;
       deadlineMs: number;
+      kind?: ToolCallRecord['kind'];
+      inputSchema?: Record<string, unknown> | null;
     },
   ): Promise<ToolCallRecord> {
     const rows = await em.execute<Row[]>(
-      `insert into tool_calls (id, run_id, workspace_id, session_id, model_call_id, name, arguments, deadline_at)
-       values (?, ?, ?, ?, ?, ?, ?::jsonb, now() + ?::interval) returning *`,
+      `insert into tool_calls (id, run_id, workspace_id, session_id, model_call_id, name, arguments, deadline_at,
+         kind, input_schema)
+       values (?, ?, ?, ?, ?, ?, ?::jsonb, now() + ?::interval, ?, ?::jsonb) returning *`,
       [
         `call_${randomBytes(12).toString('hex')}`,
         call.runId,
@@ -47,6 +52,8 @@ export const toolCallStore = {
         call.name,
         JSON.stringify(call.arguments ?? {}),
         ms(call.deadlineMs),
+        call.kind ?? 'result',
+        call.inputSchema ? JSON.stringify(call.inputSchema) : null,
       ],
     );
     return toToolCall(rows[0] as Row);
@@ -63,6 +70,25 @@ export const toolCallStore = {
       [runId],
     );
     return rows.map(toToolCall);
+  },
+
+  /**
+   * Decides a pending approval call once, before its deadline; null when it is not pending
+   * any more or its deadline has passed.
+   */
+  async decideToolCall(
+    em: EntityManager,
+    id: string,
+    decision: { approved: true; arguments: unknown } | { approved: false; reason: string | null },
+  ): Promise<ToolCallRecord | null> {
+    const rows = await em.execute<Row[]>(
+      `update tool_calls set status = ?, result = ?::jsonb, error = ?, completed_at = now()
+       where id = ? and kind = 'approval' and status = 'pending' and deadline_at > now() returning *`,
+      decision.approved
+        ? ['approved', JSON.stringify({ arguments: decision.arguments ?? {} }), null, id]
+        : ['denied', null, decision.reason, id],
+    );
+    return rows[0] ? toToolCall(rows[0]) : null;
   },
 
   /** Settles a pending call once; a second settle finds nothing and returns null. */

@@ -48,8 +48,14 @@ export interface ToolCallRecord {
   modelCallId: string;
   name: string;
   arguments: unknown;
-  status: 'pending' | 'completed' | 'failed' | 'expired';
+  /** `result`: settled by the integrator; `approval`: a person decides whether the call runs. */
+  kind: 'result' | 'approval';
+  /** `approved` / `denied`: the decision on an `approval` call. */
+  status: 'pending' | 'completed' | 'failed' | 'expired' | 'approved' | 'denied';
+  /** A decided approval: `{arguments}` the tool runs with. */
   result: unknown;
+  /** The tool's input schema (approval calls: approved arguments are checked against it). */
+  inputSchema: Record<string, unknown> | null;
   error: string | null;
   deadlineAt: Date;
   createdAt: Date;

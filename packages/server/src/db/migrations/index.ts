@@ -5,6 +5,8 @@ import { Migration202611260100_rag_lexeme_df } from './Migration202611260100_rag
 import { Migration202611260200_rag_vector_index } from './Migration202611260200_rag_vector_index.js';
 import { Migration202611270100_run_retry_backoff } from './Migration202611270100_run_retry_backoff.js';
 import { Migration202612060100_run_trace_parent } from './Migration202612060100_run_trace_parent.js';
+import { Migration202612060110_tool_approvals } from './Migration202612060110_tool_approvals.js';
+import { Migration202612060200_agent_schedules } from './Migration202612060200_agent_schedules.js';
 import { Migration20261121000000_foundation } from './Migration20261121000000_foundation.js';
 import { Migration20261121010000_metering } from './Migration20261121010000_metering.js';
 import { Migration20261121020000_storage } from './Migration20261121020000_storage.js';
@@ -52,4 +54,6 @@ export const migrationsList: MigrationObject[] = [
   { name: 'Migration202611260100_rag_lexeme_df', class: Migration202611260100_rag_lexeme_df },
   { name: 'Migration202611270100_run_retry_backoff', class: Migration202611270100_run_retry_backoff },
   { name: 'Migration202612060100_run_trace_parent', class: Migration202612060100_run_trace_parent },
+  { name: 'Migration202612060110_tool_approvals', class: Migration202612060110_tool_approvals },
+  { name: 'Migration202612060200_agent_schedules', class: Migration202612060200_agent_schedules },
 ];

@@ -13,6 +13,7 @@ export const AGENT_CONFIG_DEFAULTS: AgentConfig = {
   },
   compute: { maxIterations: 8, maxWallClockMs: 120_000 },
   customTools: [],
+  toolApproval: [],
 };
 
 const isPlainObject = (v: unknown): v is Record<string, unknown> =>

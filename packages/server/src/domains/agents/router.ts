@@ -1,6 +1,8 @@
 import { z } from 'zod';
 import type { Principal } from '../../auth/principal.js';
 import { keyProcedure, type RequestContext, router } from '../../trpc.js';
+import { pendingApprovalsOfAgent } from './approval-list.js';
+import { decideToolApproval } from './approvals.js';
 import { AGENT_CONFIG_DEFAULTS } from './config.js';
 import {
   AgentCreatedSchema,
@@ -12,6 +14,9 @@ import {
   ListSessionsInput,
   SessionSchema,
   SessionTimelineSchema,
+  ToolApprovalInput,
+  ToolApprovalResponseSchema,
+  ToolApprovalSchema,
   ToolResultInput,
   ToolResultResponseSchema,
   UpdateAgentInput,
@@ -204,6 +209,46 @@ export const agentsRouter = router({
     .input(ToolResultInput)
     .output(ToolResultResponseSchema)
     .mutation(({ ctx, input }) => svc(ctx).submitToolResult(input)),
+
+  decideToolApproval: keyProcedure
+    .meta({
+      openapi: {
+        method: 'POST',
+        path: '/managed-agents/sessions/{sessionId}/tool-approvals',
+        tags,
+        protect: true,
+        summary: 'Approve or deny a tool call waiting for a decision; the turn resumes',
+        description:
+          '403 `toolCallId does not belong to session`; 404 `Unknown toolCallId`; 409 once decided (`APPROVAL_DECIDED`) or past its deadline (`APPROVAL_EXPIRED`); 400 when `arguments` break the tool\'s inputSchema (`INVALID_ARGUMENTS`). docs/agents.md, "Tool approval".',
+      },
+    })
+    .input(ToolApprovalInput)
+    .output(ToolApprovalResponseSchema)
+    .mutation(async ({ ctx, input }) => {
+      const { sessionId, ...decision } = input;
+      const session = await svc(ctx).requireSession(sessionId);
+      return decideToolApproval(ctx.em, ctx.deps.runs, ctx.principal.workspaceId, session.id, decision);
+    }),
+
+  listPendingApprovals: keyProcedure
+    .meta({
+      openapi: {
+        method: 'GET',
+        path: '/managed-agents/agents/{agentId}/tool-approvals',
+        tags,
+        protect: true,
+        summary: "Tool calls of the agent's runs waiting for a decision (extension of the spec)",
+        description: 'Oldest first; calls past their deadline are left out. docs/agents.md, "Tool approval".',
+      },
+    })
+    .input(z.object({ agentId: z.string(), limit: z.coerce.number().int().min(1).max(200).default(50) }))
+    .output(z.object({ approvals: z.array(ToolApprovalSchema) }))
+    .query(async ({ ctx, input }) => {
+      const agent = await svc(ctx).requireAgent(input.agentId);
+      return {
+        approvals: await pendingApprovalsOfAgent(ctx.em, ctx.principal.workspaceId, agent.id, input.limit),
+      };
+    }),
 
   cancelRun: keyProcedure
     .meta({

@@ -1,8 +1,6 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import type { EntityManager } from '@mikro-orm/postgresql';
-import type { Logger } from 'pino';
 import type { ServerDeps } from '../../context.js';
-import type { SqlExecutor } from '../../db/sql.js';
 import { AppError, appError } from '../../errors/index.js';
 import type { GenerationMeter, Metering } from '../../metering/types.js';
 import type {
@@ -15,16 +13,24 @@ import type {
 } from '../../providers/llm.js';
 import { estimateTokens, messageChars } from '../../providers/tokens.js';
 import { webSearchProvidersFromEnv } from '../../providers/web-search.js';
-import type { FinalWrites, RunExecution, RunExecutor, RunKind, RunOutcome } from '../../runs/index.js';
+import type { RunExecution, RunExecutor, RunKind, RunOutcome } from '../../runs/index.js';
 import { RunGoneError, toolCallStore } from '../../runs/index.js';
 import { coalesceWindowMs, TextCoalescer } from '../../runs/text-coalescer.js';
 import { inToolSpan } from '../../telemetry/runs.js';
+import {
+  APPROVAL_DEADLINE_DEFAULT_MS,
+  approvalOutcome,
+  decidedEvent,
+  needsApproval,
+  requestApproval,
+} from './approvals.js';
 import { effectiveConfig } from './config.js';
 import { TOOL_RESPONSE_MAX_BYTES } from './guarded-fetch.js';
 import { parseAllowlist } from './outbound.js';
 import type { AgentConfig } from './schema.js';
 import { type AgentRow, toAgent } from './service.js';
 import { type AgentTool, buildToolset, memoryNotes, type ToolContext, type ToolEnv } from './tools.js';
+import { turnFinalWrites } from './turn-end.js';
 import { type AdmittedHold, MESSAGES_ENDPOINT, turnHoldGuesses } from './turn-hold.js';
 
 /** What a turn needs beyond ServerDeps: the model provider and metering. */
@@ -35,8 +41,11 @@ interface TurnState {
   iterations: number;
   /** Execution time used so far (ms): the wall-clock cap counts working time, not waits. */
   elapsedMs: number;
-  /** Integrator-owned calls this turn is waiting on: our id → the model's call id. */
-  pending: { id: string; modelCallId: string; name: string }[];
+  /**
+   * Calls this turn is waiting on (integrator-owned, or a person's decision when `approval`):
+   * our id → the model's call id.
+   */
+  pending: { id: string; modelCallId: string; name: string; approval?: boolean }[];
 }
 
 /** Characters of a call's tool definitions (counted in its prompt, ~4 a token). */
@@ -79,6 +88,8 @@ export class TurnExecutor implements RunExecutor {
   /** `AGENT_STREAM_COALESCE_MS`: the window text deltas are merged over (0: one per model chunk). */
   private readonly coalesceMs: number;
   private readonly toolDeadlineMs: number;
+  /** `AGENT_APPROVAL_DEADLINE_MS`: how long a call waits for a person's decision. */
+  private readonly approvalDeadlineMs: number;
 
   constructor(
     private readonly deps: RuntimeDeps,
@@ -99,6 +110,7 @@ export class TurnExecutor implements RunExecutor {
       fetchTimeoutMs: num(env.WEB_FETCH_TIMEOUT_MS, 15_000),
     };
     this.toolDeadlineMs = num(env.AGENT_TOOL_CALL_DEADLINE_MS, 600_000);
+    this.approvalDeadlineMs = num(env.AGENT_APPROVAL_DEADLINE_MS, APPROVAL_DEADLINE_DEFAULT_MS);
   }
 
   async execute(exec: RunExecution): Promise<RunOutcome> {
@@ -142,26 +154,7 @@ export class TurnExecutor implements RunExecutor {
     };
     const state = (run.state as TurnState | null) ?? (await this.initialState(em, agent, config, ctx, run));
 
-    // Resume: answer the model's calls with what the integrator (or the deadline) gave.
-    if (state.pending.length > 0) {
-      const calls = new Map((await toolCallStore.toolCallsOfRun(em(), run.id)).map((c) => [c.id, c]));
-      for (const p of state.pending) {
-        const c = calls.get(p.id);
-        const content =
-          c?.status === 'completed'
-            ? JSON.stringify(c.result ?? null)
-            : JSON.stringify({ error: c?.error ?? 'Tool call failed' });
-        state.messages.push({ role: 'tool', toolCallId: p.modelCallId, content });
-        await this.saveMessage(run, 'tool', content, {
-          toolCallId: p.id,
-          name: p.name,
-          arguments: c?.arguments ?? {},
-        });
-      }
-      state.pending = [];
-    }
-
-    const startedAt = Date.now();
+    let startedAt = Date.now();
     const budgetMs = config.compute.maxWallClockMs - state.elapsedMs;
     const wallClock = AbortSignal.timeout(Math.max(1, budgetMs));
     const signal = AbortSignal.any([exec.signal, wallClock]);
@@ -180,6 +173,15 @@ export class TurnExecutor implements RunExecutor {
         });
       }
       for (const t of this.loop.extraTools?.(ctx, exec) ?? []) toolset.tools.set(t.definition.name, t);
+      if (state.pending.length > 0) {
+        // Resume: answer the model's calls with what the integrator, a person or the deadline gave.
+        await this.resumePending(exec, em(), state, toolset.tools, signal);
+        state.elapsedMs += Date.now() - startedAt;
+        startedAt = Date.now();
+        await exec.checkpoint(state as unknown as Record<string, unknown>);
+        // An approved integrator-owned tool now waits on the integrator.
+        if (state.pending.length > 0) return { status: 'waiting' };
+      }
       const defs = [...toolset.tools.values()].map((t) => t.definition);
       // The same definitions go with every call of this execution: counted once.
       const defsChars = toolChars(defs);
@@ -225,7 +227,7 @@ export class TurnExecutor implements RunExecutor {
         }
         state.messages.push({ role: 'assistant', content: reply.text || null, toolCalls: reply.toolCalls });
         for (const call of reply.toolCalls) {
-          await this.handleToolCall(exec, em(), state, toolset.tools.get(call.name), call, signal);
+          await this.handleToolCall(exec, em(), state, config, toolset.tools.get(call.name), call, signal);
         }
         state.elapsedMs += Date.now() - startedAt;
         await exec.checkpoint(state as unknown as Record<string, unknown>);
@@ -357,15 +359,80 @@ export class TurnExecutor implements RunExecutor {
     }
   }
 
+  /** Answers the calls the turn waited on, in the order the model made them. */
+  private async resumePending(
+    exec: RunExecution,
+    em: EntityManager,
+    state: TurnState,
+    tools: Map<string, AgentTool>,
+    signal: AbortSignal,
+  ): Promise<void> {
+    const { run } = exec;
+    const calls = new Map((await toolCallStore.toolCallsOfRun(em, run.id)).map((c) => [c.id, c]));
+    const waited = state.pending;
+    state.pending = [];
+    for (const p of waited) {
+      const c = calls.get(p.id);
+      const call = { id: p.modelCallId, name: p.name };
+      if (p.approval) {
+        const outcome = approvalOutcome(c);
+        await exec.emit('tool_call.approval_decided', decidedEvent(run.id, c, p.id, p.name));
+        const approval = {
+          status: c?.status ?? 'failed',
+          ...(c?.status === 'denied' ? { reason: c.error } : {}),
+        };
+        if (outcome.approved) {
+          await this.dispatch(
+            exec,
+            em,
+            state,
+            tools.get(p.name),
+            call,
+            outcome.arguments,
+            undefined,
+            signal,
+            {
+              toolCallId: p.id,
+              approval,
+            },
+          );
+        } else {
+          await this.answer(
+            exec,
+            state,
+            call,
+            p.id,
+            (c?.arguments ?? {}) as Record<string, unknown>,
+            {
+              error: outcome.error,
+            },
+            { approval },
+          );
+        }
+        continue;
+      }
+      const content =
+        c?.status === 'completed'
+          ? JSON.stringify(c.result ?? null)
+          : JSON.stringify({ error: c?.error ?? 'Tool call failed' });
+      state.messages.push({ role: 'tool', toolCallId: p.modelCallId, content });
+      await this.saveMessage(run, 'tool', content, {
+        toolCallId: p.id,
+        name: p.name,
+        arguments: c?.arguments ?? {},
+      });
+    }
+  }
+
   private async handleToolCall(
     exec: RunExecution,
     em: EntityManager,
     state: TurnState,
+    config: AgentConfig,
     tool: AgentTool | undefined,
     call: ToolCall,
     signal: AbortSignal,
   ): Promise<void> {
-    const { run } = exec;
     let args: Record<string, unknown> = {};
     let badArgs: string | undefined;
     try {
@@ -375,6 +442,28 @@ export class TurnExecutor implements RunExecutor {
     } catch {
       badArgs = 'Tool arguments are not valid JSON';
     }
+    if (tool && !badArgs && needsApproval(config, call.name)) {
+      // Nothing runs before a person decides (docs/agents.md, "Tool approval").
+      const id = await requestApproval(this.deps.runs, em, exec, tool, call, args, this.approvalDeadlineMs);
+      state.pending.push({ id, modelCallId: call.id, name: call.name, approval: true });
+      return;
+    }
+    await this.dispatch(exec, em, state, tool, call, args, badArgs, signal);
+  }
+
+  /** Runs a call in the service, or hands an integrator-owned one to the integrator. */
+  private async dispatch(
+    exec: RunExecution,
+    em: EntityManager,
+    state: TurnState,
+    tool: AgentTool | undefined,
+    call: Pick<ToolCall, 'id' | 'name'>,
+    args: Record<string, unknown>,
+    badArgs: string | undefined,
+    signal: AbortSignal,
+    approved?: { toolCallId: string; approval: Record<string, unknown> },
+  ): Promise<void> {
+    const { run } = exec;
     if (tool?.owner === 'integrator' && !badArgs) {
       const tc = await this.deps.runs.createToolCall(em, {
         runId: run.id,
@@ -395,7 +484,7 @@ export class TurnExecutor implements RunExecutor {
       });
       return;
     }
-    const toolCallId = `call_${randomBytes(12).toString('hex')}`;
+    const toolCallId = approved?.toolCallId ?? `call_${randomBytes(12).toString('hex')}`;
     await exec.emit('tool_call.started', { runId: run.id, toolCallId, name: call.name, arguments: args });
     let outcome: { result: unknown } | { error: string };
     if (!tool?.run) outcome = { error: `Unknown tool: ${call.name}` };
@@ -413,6 +502,28 @@ export class TurnExecutor implements RunExecutor {
         outcome = { error: err instanceof Error ? err.message : String(err) };
       }
     }
+    await this.answer(
+      exec,
+      state,
+      call,
+      toolCallId,
+      args,
+      outcome,
+      approved ? { approval: approved.approval } : {},
+    );
+  }
+
+  /** `tool_call.completed`, the model's tool message and the session's record of it. */
+  private async answer(
+    exec: RunExecution,
+    state: TurnState,
+    call: Pick<ToolCall, 'id' | 'name'>,
+    toolCallId: string,
+    args: Record<string, unknown>,
+    outcome: { result: unknown } | { error: string },
+    meta: Record<string, unknown> = {},
+  ): Promise<void> {
+    const { run } = exec;
     const body = 'result' in outcome ? { result: outcome.result } : { error: outcome.error };
     await exec.emit('tool_call.completed', {
       runId: run.id,
@@ -423,7 +534,7 @@ export class TurnExecutor implements RunExecutor {
     });
     const content = JSON.stringify('result' in outcome ? (outcome.result ?? null) : { error: outcome.error });
     state.messages.push({ role: 'tool', toolCallId: call.id, content });
-    await this.saveMessage(run, 'tool', content, { toolCallId, name: call.name, arguments: args });
+    await this.saveMessage(run, 'tool', content, { toolCallId, name: call.name, arguments: args, ...meta });
   }
 
   private async saveMessage(
@@ -469,71 +580,6 @@ export class TurnExecutor implements RunExecutor {
   }
 }
 
-/**
- * The end of a turn that answered (decisions 0021 and 0029): the assistant message (with the
- * session's `last_message_at`) and its `message.completed` event are written by the statement
- * that ends the run, only while the lease is ours (`owned`). The model call's settlement and
- * its usage record are one statement of their own beside it, in parallel (whatever happened to
- * the run): folded into the end statement, the workspace's balance row would stay locked
- * through that statement's NOTIFY-serialised commit, and every turn's hold waits on that row.
- */
-export function turnFinalWrites(
-  run: RunExecution['run'],
-  text: string,
-  meter: GenerationMeter | undefined,
-  db: SqlExecutor,
-  log: Logger,
-): FinalWrites {
-  const messageId = randomUUID();
-  const ctes: string[] = [];
-  const params: unknown[] = [];
-  if (text && run.sessionId) {
-    ctes.push(`fmsg as (
-       insert into session_messages (id, workspace_id, session_id, run_id, role, content, metadata)
-       select ?::uuid, ?::uuid, ?::uuid, owned.id, 'assistant', ?::text, '{}'::jsonb from owned
-       returning session_id
-     ), ftouch as (
-       update agent_sessions set last_message_at = now() where id in (select session_id from fmsg)
-     )`);
-    params.push(messageId, run.workspaceId, run.sessionId, text);
-  }
-  return {
-    events: text ? [{ type: 'message.completed', payload: { runId: run.id, messageId, content: text } }] : [],
-    ctes: ctes.join(', '),
-    params,
-    beside: () =>
-      settleTurnCall(meter, db).catch((err) =>
-        log.error({ err, runId: run.id }, 'recording agent usage failed'),
-      ),
-  };
-}
-
-/** A model call's settlement and usage record in one statement (`finish` when that cannot be). */
-async function settleTurnCall(meter: GenerationMeter | undefined, db: SqlExecutor): Promise<void> {
-  const stl = meter?.settlementInStatement('success');
-  if (!stl) {
-    await meter?.finish('success');
-    return;
-  }
-  let rows: { stl_delta: unknown; stl_change: unknown }[];
-  try {
-    rows = await db.execute(
-      // Committed without waiting for the WAL flush (like the admission): the workspace's balance
-      // row, locked by every turn's hold and settlement, is released at once. A settlement lost
-      // in a database crash leaves its hold, which the sweep settles as a dead process's.
-      `with async_commit as (select set_config('synchronous_commit', 'off', true) as v), ${stl.ctes}
-       select ${stl.columns} from async_commit`,
-      stl.params,
-    );
-  } catch (err) {
-    // Nothing was written: settle the usual way.
-    stl.failed();
-    await meter?.finish('success');
-    throw err;
-  }
-  stl.committed(rows[0] ?? { stl_delta: null, stl_change: null });
-}
-
 async function loadAgent(em: EntityManager, appId: string, workspaceId: string): Promise<AgentRow | null> {
   const rows = await em.execute<Row[]>(
     `select * from apps where id = ? and workspace_id = ? and app_type = 'agent'`,
@@ -548,3 +594,5 @@ export function registerAgentRuntime(deps: ServerDeps): void {
   // plain pool, off the ORM (decision 0029).
   deps.runs.register(new TurnExecutor({ ...deps, metering: deps.poolMetering } as RuntimeDeps));
 }
+
+export { turnFinalWrites };

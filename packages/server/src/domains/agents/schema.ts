@@ -80,6 +80,13 @@ export const AgentConfigInputSchema = z
       })
       .optional(),
     toolAllowlist: z.array(z.string()).nullable().optional(),
+    toolApproval: z
+      .array(z.string().min(1).max(200))
+      .max(200)
+      .optional()
+      .describe(
+        'Tools (platform, custom, MCP `<server>__<tool>`, pack) whose calls wait for a person\'s decision; `"*"` for all (docs/agents.md, "Tool approval")',
+      ),
     customTools: z.array(CustomToolSchema).max(64).optional(),
   })
   .meta({ id: 'AgentConfigInput' });
@@ -98,6 +105,7 @@ export interface AgentConfig {
   };
   compute: { maxIterations: number; maxWallClockMs: number };
   toolAllowlist?: string[] | null;
+  toolApproval: string[];
   customTools: z.infer<typeof CustomToolSchema>[];
   [key: string]: unknown;
 }
@@ -233,6 +241,24 @@ export const TurnWarningSchema = z
   })
   .meta({ id: 'TurnWarning' });
 
+export const ToolApprovalSchema = z
+  .object({
+    toolCallId: z.string(),
+    runId: z.string(),
+    sessionId: z.string().nullable(),
+    name: z.string(),
+    arguments: JsonObject.describe('What the model asked to run the tool with'),
+    status: z
+      .enum(['pending', 'approved', 'denied', 'expired', 'cancelled'])
+      .describe('`cancelled`: the run ended (cancelled or failed) before a decision'),
+    approvedArguments: JsonObject.nullable().describe('What the tool runs with, once approved'),
+    reason: z.string().nullable().describe('The reason given with a denial'),
+    deadline: z.string(),
+    createdAt: z.string(),
+    decidedAt: z.string().nullable(),
+  })
+  .meta({ id: 'ToolApproval' });
+
 export const TurnRunEventSchema = z
   .object({
     type: z.literal('turn_run'),
@@ -244,6 +270,9 @@ export const TurnRunEventSchema = z
     warnings: z
       .array(TurnWarningSchema)
       .describe('What the turn reported but survived, e.g. an unreachable MCP server (docs/agents.md)'),
+    approvals: z
+      .array(ToolApprovalSchema)
+      .describe('Calls of the run that needed a person\'s decision (docs/agents.md, "Tool approval")'),
   })
   .meta({ id: 'SessionTurnRunEvent' });
 
@@ -270,6 +299,25 @@ export const ToolResultResponseSchema = z
     status: z.enum(['completed', 'failed', 'expired']),
   })
   .meta({ id: 'ToolResultAccepted' });
+
+export const ToolApprovalInput = z.object({
+  sessionId: z.string(),
+  toolCallId: z.string({ error: 'toolCallId is required' }).min(1, 'toolCallId is required'),
+  approved: z.boolean({ error: 'approved is required (true or false)' }),
+  arguments: JsonObject.optional().describe(
+    "With `approved: true`: replaces the model's arguments; checked against the tool's inputSchema",
+  ),
+  reason: z.string().max(2000).optional().describe('Told to the model with a denial'),
+});
+
+export const ToolApprovalResponseSchema = z
+  .object({
+    accepted: z.literal(true),
+    sessionId: z.string(),
+    toolCallId: z.string(),
+    status: z.enum(['approved', 'denied']),
+  })
+  .meta({ id: 'ToolApprovalAccepted' });
 
 export const CancelInput = z.object({
   sessionId: z.string(),

@@ -15,9 +15,11 @@ import {
 } from '../../runs/index.js';
 import { catalogService } from '../catalogs/service.js';
 import { connectedServers } from '../tool-servers/service.js';
+import { assertToolApprovalNames } from './approval-config.js';
 import { deepMerge, effectiveConfig, isUuid } from './config.js';
 import { assertOutboundUrlAccepted, parseAllowlist } from './outbound.js';
 import { type AgentConfigInput, type CONCURRENCY_POLICIES, isMcpServerRef } from './schema.js';
+import { sessionTimeline } from './timeline.js';
 import { turnAdmission } from './turn-admission.js';
 import { type AdmittedHold, prepareTurnHold } from './turn-hold.js';
 import { callbackSecret } from './webhook-signature.js';
@@ -175,6 +177,7 @@ export class AgentsService {
   }) {
     if (input.llm?.componentId && this.deps.models) this.deps.models.resolve('chat', input.llm.componentId);
     await this.assertConfigUrls(input.config);
+    await assertToolApprovalNames(this.em, this.ws, this.deps.config.signingSecret as string, input.config);
     const id = randomUUID();
     const rows = await this.em.execute<Row[]>(
       `insert into apps (id, workspace_id, app_type, name, description, business_use_case, system_prompt,
@@ -274,8 +277,11 @@ export class AgentsService {
       if (patch.businessUseCase !== undefined) set('business_use_case', patch.businessUseCase);
       if (patch.prompt !== undefined) set('system_prompt', patch.prompt);
       if (patch.isPublic !== undefined) set('is_public', patch.isPublic);
-      if (patch.config !== undefined)
-        set('config', JSON.stringify(deepMerge(current.config, patch.config)), '::jsonb');
+      if (patch.config !== undefined) {
+        const merged = deepMerge(current.config, patch.config);
+        await assertToolApprovalNames(tx, this.ws, this.deps.config.signingSecret as string, merged);
+        set('config', JSON.stringify(merged), '::jsonb');
+      }
       if (patch.tools !== undefined) set('tool_bindings', JSON.stringify(patch.tools), '::jsonb');
       if (patch.integrationBindings !== undefined) {
         set('integration_bindings', JSON.stringify(patch.integrationBindings), '::jsonb');
@@ -376,58 +382,7 @@ export class AgentsService {
 
   /** The session timeline: messages and turn runs, ascending by created_at. */
   async sessionEvents(sessionId: string) {
-    const s = await this.requireSession(sessionId);
-    const messages = await this.em.execute<Row[]>(
-      'select * from session_messages where session_id = ? order by created_at, id',
-      [s.id],
-    );
-    const runs = await this.em.execute<Row[]>(
-      `select * from runs where session_id = ? and kind = 'turn' order by created_at, id`,
-      [s.id],
-    );
-    const warningRows = await this.em.execute<Row[]>(
-      `select e.run_id, e.payload from run_events e join runs r on r.id = e.run_id
-       where r.session_id = ? and r.kind = 'turn' and e.type = 'warning' order by e.run_id, e.seq`,
-      [s.id],
-    );
-    const warnings = new Map<string, { code: string; message: string; server?: string }[]>();
-    for (const w of warningRows) {
-      const p = (typeof w.payload === 'string' ? JSON.parse(w.payload) : w.payload) as Record<
-        string,
-        unknown
-      >;
-      const list = warnings.get(w.run_id as string) ?? [];
-      list.push({
-        code: String(p.code),
-        message: String(p.message),
-        ...(typeof p.server === 'string' ? { server: p.server } : {}),
-      });
-      warnings.set(w.run_id as string, list);
-    }
-    const events = [
-      ...messages.map((m) => ({
-        type: 'message' as const,
-        id: m.id as string,
-        role: m.role as 'user' | 'assistant' | 'tool',
-        content: m.content as string,
-        metadata: json<Record<string, unknown>>(m.metadata) ?? {},
-        created_at: iso(m.created_at) as string,
-        at: (m.created_at as Date).getTime?.() ?? Date.parse(String(m.created_at)),
-      })),
-      ...runs.map((r) => ({
-        type: 'turn_run' as const,
-        id: r.id as string,
-        status: r.status as string,
-        created_at: iso(r.created_at) as string,
-        completed_at: iso(r.completed_at),
-        error_message: (r.error as string) ?? null,
-        warnings: warnings.get(r.id as string) ?? [],
-        at: (r.created_at as Date).getTime?.() ?? Date.parse(String(r.created_at)),
-      })),
-    ];
-    // Stable: a turn run sorts before the user message created in the same instant.
-    events.sort((a, b) => a.at - b.at || (a.type === b.type ? 0 : a.type === 'turn_run' ? -1 : 1));
-    return { events: events.map(({ at: _at, ...e }) => e) };
+    return sessionTimeline(this.em, (await this.requireSession(sessionId)).id);
   }
 
   // ---- turns --------------------------------------------------------------------------
@@ -635,7 +590,7 @@ export class AgentsService {
   async submitToolResult(input: { sessionId: string; toolCallId: string; result?: unknown; error?: string }) {
     const session = await this.requireSession(input.sessionId);
     const call = await toolCallStore.getToolCall(this.em, input.toolCallId);
-    if (!call || call.workspaceId !== this.ws) throw appError('UNKNOWN_TOOL_CALL');
+    if (!call || call.workspaceId !== this.ws || call.kind !== 'result') throw appError('UNKNOWN_TOOL_CALL');
     if (call.sessionId !== session.id) throw appError('TOOL_CALL_OTHER_SESSION');
     const settled = await this.deps.runs.settleToolCall(
       call.id,

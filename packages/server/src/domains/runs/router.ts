@@ -48,7 +48,12 @@ export const runsRouter = router({
     .input(ListRunsInput)
     .output(RunListSchema)
     .query(({ ctx, input }) =>
-      new RunsService(ctx.em, ctx.deps, ctx.principal).list(input.agentId, input.limit, input.offset),
+      new RunsService(ctx.em, ctx.deps, ctx.principal).list(
+        input.agentId,
+        input.limit,
+        input.offset,
+        input.scheduleId,
+      ),
     ),
 
   getRun: keyProcedure

@@ -107,6 +107,10 @@ export const ListRunsInput = z.object({
   agentId: z.string(),
   limit: PageLimit,
   offset: PageOffset,
+  scheduleId: z
+    .uuid({ error: 'scheduleId must be a schedule id' })
+    .optional()
+    .describe('Only the runs this schedule started (ticks and "run now"); docs/agents.md, "Schedules"'),
 });
 
 export const RunListSchema = z

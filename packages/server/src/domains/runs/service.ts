@@ -1,12 +1,12 @@
-import { randomUUID } from 'node:crypto';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import type { Principal } from '../../auth/principal.js';
 import type { ServerDeps } from '../../context.js';
 import { appError } from '../../errors/index.js';
-import { runStore, TERMINAL_EVENT_TYPES } from '../../runs/index.js';
+import { TERMINAL_EVENT_TYPES } from '../../runs/index.js';
 import { effectiveConfig, isUuid } from '../agents/config.js';
 import { assertOutboundUrlAccepted, parseAllowlist } from '../agents/outbound.js';
 import { AgentsService } from '../agents/service.js';
+import { insertAutonomousRun } from './create.js';
 import { isMessagingSource } from './schema.js';
 
 type Row = Record<string, unknown>;
@@ -94,84 +94,37 @@ export class RunsService {
     if (webhookUrl) await this.assertWebhookAllowed(webhookUrl);
     await this.deps.metering?.assertCredits(this.ws);
 
-    let sessionId: string;
-    let newSession = false;
+    let sessionId: string | undefined;
     if (body.sessionId !== undefined) {
       const s = await this.agents.requireSession(body.sessionId);
       if (s.app_id !== agent.id) throw appError('SESSION_NOT_FOUND');
       sessionId = s.id;
-    } else {
-      sessionId = randomUUID();
-      newSession = true;
     }
     const { webhookUrl: _w, ...storedMeta } = meta;
-    const runId = randomUUID();
-    const created = await this.em.transactional(async (tx) => {
-      // The idempotency claim comes first: a concurrent post with the same key waits here on
-      // the unique index until this transaction ends, then finds the key taken.
-      const claimed = await tx.execute<Row[]>(
-        `insert into autonomous_runs (run_id, workspace_id, app_id, session_id, task, message_id, metadata,
-           webhook_url, webhook_status)
-         values (?, ?, ?, ?, ?, ?, ?::jsonb, ?, ?)
-         on conflict (app_id, message_id) where message_id is not null do nothing
-         returning run_id`,
-        [
-          runId,
-          this.ws,
-          agent.id,
-          sessionId,
-          body.task,
-          messageId ?? null,
-          JSON.stringify(storedMeta),
-          webhookUrl,
-          webhookUrl ? 'pending' : 'none',
-        ],
-      );
-      if (claimed.length === 0) return null;
-      if (newSession) {
-        await tx.execute(
-          `insert into agent_sessions (id, workspace_id, app_id, title, mount, metadata, origin_source, kind)
-           values (?, ?, ?, ?, ?, ?::jsonb, ?, 'deliverable_job')`,
-          [
-            sessionId,
-            this.ws,
-            agent.id,
-            body.task.slice(0, 120),
-            `/agents/${agent.id}/sessions/${sessionId}`,
-            JSON.stringify(storedMeta),
-            meta.source?.trim() || 'api',
-          ],
-        );
-      }
-      await tx.execute(
-        `insert into session_messages (id, workspace_id, session_id, run_id, role, content, metadata)
-         values (?, ?, ?, ?, 'user', ?, '{}'::jsonb)`,
-        [randomUUID(), this.ws, sessionId, runId, body.task],
-      );
-      await tx.execute('update agent_sessions set last_message_at = now() where id = ?', [sessionId]);
-      return runStore.insertRun(tx, {
-        id: runId,
+    const created = await this.em.transactional((tx) =>
+      insertAutonomousRun(tx, this.deps, {
         workspaceId: this.ws,
-        kind: 'autonomous',
-        appId: agent.id,
+        agentId: agent.id,
+        task: body.task,
         sessionId,
-        serialKey: `session:${sessionId}`,
-        maxAttempts: this.deps.runs.maxAttempts('autonomous'),
-        input: {
-          message: body.task,
-          model: null,
-          apiKeyId: this.principal.keyId ?? null,
-          requestId: ctx.requestId,
-        },
-      });
-    });
+        metadata: storedMeta,
+        messageId: messageId ?? null,
+        webhookUrl,
+        apiKeyId: this.principal.keyId ?? null,
+        requestId: ctx.requestId,
+      }),
+    );
     if (!created) {
       const existing = await this.findByMessageId(agent.id, messageId as string);
       if (!existing) throw new Error('idempotency key claimed but run not found');
       return existing;
     }
     await this.deps.runs.bus.publish({ t: 'wake' });
-    return { runId: created.id, sessionId, created_at: created.createdAt.toISOString() };
+    return {
+      runId: created.runId,
+      sessionId: created.sessionId,
+      created_at: created.createdAt.toISOString(),
+    };
   }
 
   private async findByMessageId(appId: string, messageId: string) {
@@ -195,17 +148,21 @@ export class RunsService {
     await assertOutboundUrlAccepted(raw, policy, 'webhookUrl', { unresolvable: 'refuse' });
   }
 
-  async list(agentId: string, limit: number, offset = 0) {
+  /** Runs of the agent, newest first; `scheduleId` keeps those a schedule started. */
+  async list(agentId: string, limit: number, offset = 0, scheduleId?: string) {
     const agent = await this.agents.requireAgent(agentId);
+    const bySchedule = scheduleId === undefined ? '' : ' and a.schedule_id = ?';
+    const params: unknown[] = [this.ws, agent.id];
+    if (scheduleId !== undefined) params.push(scheduleId);
     const rows = await this.em.execute<Row[]>(
       `select r.*, a.task, a.metadata from autonomous_runs a join runs r on r.id = a.run_id
-       where a.workspace_id = ? and a.app_id = ?
+       where a.workspace_id = ? and a.app_id = ?${bySchedule}
        order by r.created_at desc, r.id desc limit ? offset ?`,
-      [this.ws, agent.id, limit, offset],
+      [...params, limit, offset],
     );
     const count = await this.em.execute<Row[]>(
-      'select count(*) as n from autonomous_runs where workspace_id = ? and app_id = ?',
-      [this.ws, agent.id],
+      `select count(*) as n from autonomous_runs a where a.workspace_id = ? and a.app_id = ?${bySchedule}`,
+      params,
     );
     return { runs: rows.map(toRunDto), total: Number(count[0]?.n ?? 0) };
   }

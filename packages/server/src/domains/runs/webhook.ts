@@ -2,6 +2,7 @@ import type { ServerDeps } from '../../context.js';
 import { countWebhookDelivery } from '../../telemetry/metrics.js';
 import { type OutboundPolicy, outboundRequest, parseAllowlist } from '../agents/outbound.js';
 import { webhookHeaders } from '../agents/webhook-signature.js';
+import { type ApprovalNoticeContext, deliverApprovalNotice } from './approval-webhook.js';
 import { listArtifacts } from './service.js';
 
 type Row = Record<string, unknown>;
@@ -34,6 +35,8 @@ export class RunWebhookDispatcher {
   private offWake: (() => void) | undefined;
   private readonly policy: OutboundPolicy;
   readonly opts: WebhookOptions;
+  /** `run.approval_required` notices, delivered by the same dispatcher (approval-webhook.ts). */
+  private readonly notices: ApprovalNoticeContext;
 
   constructor(private readonly deps: ServerDeps) {
     const env = deps.config.env;
@@ -44,6 +47,14 @@ export class RunWebhookDispatcher {
       maxAttempts: Math.max(1, num(env.RUN_WEBHOOK_MAX_ATTEMPTS, 6)),
       backoffMs: num(env.RUN_WEBHOOK_BACKOFF_MS, 5000),
       maxBackoffMs: num(env.RUN_WEBHOOK_MAX_BACKOFF_MS, 600_000),
+    };
+    this.notices = {
+      em: deps.em,
+      log: deps.log,
+      policy: this.policy,
+      signingSecret: deps.config.signingSecret as string,
+      opts: this.opts,
+      backoff: (attempt) => backoffDelay(this.opts, attempt),
     };
   }
 
@@ -72,7 +83,10 @@ export class RunWebhookDispatcher {
       do {
         this.again = false;
         try {
-          while (!this.stopped && (await this.deliverOne())) {}
+          while (
+            !this.stopped &&
+            ((await this.deliverOne()) || (await deliverApprovalNotice(this.notices)))
+          ) {}
         } catch (err) {
           if (!this.stopped) this.deps.log.warn({ err }, 'run webhook dispatch failed');
         }
