@@ -9,6 +9,8 @@ import { captureContent, recordsUnder, tracer } from './tracing.js';
  * (providers/instrumented-llm.ts) only when metrics or tracing are on.
  */
 export interface GenAiCall {
+  /** Whether the output goes on the span (content capture on and the call traced): only then is it worth collecting. */
+  readonly capturesContent: boolean;
   /** Runs the upstream request inside the call's span. */
   run<T>(fn: () => Promise<T>): Promise<T>;
   /** The first token arrived (`gen_ai_server_time_to_first_token_seconds`). */
@@ -77,6 +79,7 @@ export function startGenAiCall(info: GenAiCallInfo): GenAiCall {
   let first = true;
   let done = false;
   return {
+    capturesContent: captureContent && span !== undefined,
     run(fn) {
       return span ? context.with(trace.setSpan(parent, span), fn) : fn();
     },

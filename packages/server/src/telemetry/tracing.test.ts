@@ -124,6 +124,9 @@ describe('OTLP/HTTP JSON: a /chat request', () => {
     for (const s of pg) {
       expect(s.kind).toBe(OTLP_SPAN_KIND.CLIENT);
       expect(s.attributes['db.system.name']).toBe('postgresql');
+      // The summary, never the statement text.
+      expect(s.attributes['db.query.summary']).toMatch(/^[A-Z]+/);
+      expect(s.attributes['db.query.text']).toBeUndefined();
       expect(byId(trace, s.parentSpanId)).toBeDefined();
     }
   });
