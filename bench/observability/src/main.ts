@@ -13,7 +13,8 @@
  * BENCH_BEFORE_DIST: the dist directory of a build of the commit before telemetry landed, run
  * with the environment of "off" as a fourth server ("before"), so one run compares off with it.
  * BENCH_CONFIGS: a comma-separated list of configuration name prefixes to run besides "off"
- * (`tracing`). BENCH_CPU_PROF: a directory where each server writes a V8 CPU profile on exit.
+ * (`tracing`). BENCH_CPU_PROF: a directory where each server writes V8 CPU profiles on exit (a directory
+ * per configuration, a profile per thread).
  */
 import { type ChildProcess, fork } from 'node:child_process';
 import fs from 'node:fs';
@@ -38,9 +39,7 @@ function start(
   profileName?: string,
 ): Promise<{ child: ChildProcess; url: string }> {
   const prof =
-    CPU_PROF && profileName
-      ? ['--cpu-prof', `--cpu-prof-dir=${path.resolve(CPU_PROF)}`, `--cpu-prof-name=${profileName}.cpuprofile`]
-      : [];
+    CPU_PROF && profileName ? ['--cpu-prof', `--cpu-prof-dir=${path.resolve(CPU_PROF, profileName)}`] : [];
   const child = fork(path.join(here, script), [], {
     env: { ...process.env, ...env },
     execArgv: ['--import', 'tsx', ...prof],
@@ -178,7 +177,12 @@ async function main() {
   ];
   // The build of the commit before telemetry landed, with the same environment as off.
   if (BEFORE_DIST) configs.push(['before', { BENCH_SERVER_DIST: path.resolve(BEFORE_DIST) }]);
-  if (ONLY) configs.splice(0, configs.length, ...configs.filter(([name]) => name === 'off' || ONLY.some((o) => name.startsWith(o))));
+  if (ONLY)
+    configs.splice(
+      0,
+      configs.length,
+      ...configs.filter(([name]) => name === 'off' || ONLY.some((o) => name.startsWith(o))),
+    );
   const servers: Server[] = [];
   const dirs: string[] = [];
   try {

@@ -52,7 +52,9 @@ export class InstrumentedLlmProvider extends OpenAiLlmProvider {
         reported: !r.usage.estimated,
         responseModel: r.responseModel,
         finishReasons: [r.finishReason],
-        output: call.capturesContent ? [{ role: 'assistant', content: out, tool_calls: r.toolCalls }] : undefined,
+        output: call.capturesContent
+          ? [{ role: 'assistant', content: out, tool_calls: r.toolCalls }]
+          : undefined,
       });
       return r;
     } catch (err) {

@@ -22,7 +22,9 @@ describe('db.query.summary of a statement', () => {
       on conflict (key) do update set hits = r.hits + 1 returning r.hits`;
     expect(summarise(cte)).toBe('SELECT api_keys UPDATE quota k INSERT rate_limit_windows SELECT');
     expect(summarise('select id from runs where status = $1 for update skip locked')).toBe('SELECT runs');
-    expect(summarise('select * from runs r where r.x is distinct from $1 for no key update')).toBe('SELECT runs');
+    expect(summarise('select * from runs r where r.x is distinct from $1 for no key update')).toBe(
+      'SELECT runs',
+    );
   });
 
   it('skips literals, comments, functions and subqueries', () => {
@@ -47,5 +49,21 @@ describe('db.query.summary of a statement', () => {
     expect(a).toEqual({ name: 'pg.query:SELECT', operation: 'SELECT', summary: 'SELECT workspaces' });
     expect(statementOf(text)).toBe(a);
     expect(statementOf('-- a comment\nBEGIN')).toMatchObject({ name: 'pg.query:BEGIN', summary: 'BEGIN' });
+  });
+
+  it('describes EXECUTE by the statement its name was prepared as, never by its values', () => {
+    expect(statementOf('EXECUTE q_unknown(1)')).toEqual({
+      name: 'pg.query:EXECUTE',
+      operation: 'EXECUTE',
+      summary: 'EXECUTE q_unknown',
+    });
+    expect(statementOf('PREPARE q_0123abcd AS update runs set status = $1 where id = $2')).toEqual({
+      name: 'pg.query:PREPARE',
+      operation: 'PREPARE',
+      summary: 'PREPARE UPDATE runs',
+    });
+    const run = statementOf("EXECUTE q_0123abcd('secret value', (42))");
+    expect(run).toEqual({ name: 'pg.query:UPDATE', operation: 'UPDATE', summary: 'UPDATE runs' });
+    expect(statementOf("EXECUTE q_0123abcd('another', (43))")).toBe(run);
   });
 });

@@ -57,7 +57,9 @@ export function summarise(text: string): string {
   const seen = new Set<string>();
   let expectTable = false;
   let previous = '';
-  for (const m of bare.matchAll(/"(?:[^"]|"")+"|[A-Za-z_][\w$]*(?:\.(?:"(?:[^"]|"")+"|[A-Za-z_][\w$]*))*|\(/g)) {
+  for (const m of bare.matchAll(
+    /"(?:[^"]|"")+"|[A-Za-z_][\w$]*(?:\.(?:"(?:[^"]|"")+"|[A-Za-z_][\w$]*))*|\(/g,
+  )) {
     const token = m[0];
     const upper = token === '(' ? token : token.toUpperCase();
     const after = previous;
@@ -85,18 +87,48 @@ export function summarise(text: string): string {
 
 /** Statement texts seen, with what their spans say: the service's statements are a bounded set. */
 const statements = new Map<string, StatementInfo>();
+/** Prepared statements by name (`PREPARE q_… AS …`), for the `EXECUTE q_…(…)` that run them. */
+const prepared = new Map<string, StatementInfo>();
 const MAX_STATEMENTS = 1000;
 
-/** The span name, operation and summary of a statement text, from the cache after its first use. */
+function remember<K>(map: Map<K, StatementInfo>, key: K, info: StatementInfo): StatementInfo {
+  // Statements built with a variable number of placeholders could grow a cache: start over.
+  if (map.size >= MAX_STATEMENTS) map.clear();
+  map.set(key, info);
+  return info;
+}
+
+/**
+ * The span name, operation and summary of a statement text, from a cache after its first use.
+ * `EXECUTE name(…)` (the embedded database's plain pool: values inlined as literals) is described
+ * as the statement `PREPARE name AS …` prepared, by its name, so neither its values nor a
+ * text per call reach the span or the cache.
+ */
 export function statementOf(text: string): StatementInfo {
   let info = statements.get(text);
   if (info) return info;
+  const execute = /^EXECUTE\s+(\w+)/i.exec(text);
+  if (execute) {
+    const name = execute[1] as string;
+    return (
+      prepared.get(name) ?? { name: 'pg.query:EXECUTE', operation: 'EXECUTE', summary: `EXECUTE ${name}` }
+    );
+  }
   const operation = /^\s*(?:--[^\n]*\n\s*)*(\w+)/.exec(text)?.[1]?.toUpperCase() ?? 'QUERY';
-  info = { name: `pg.query:${operation}`, operation, summary: summarise(text) || operation };
-  // Statements built with a variable number of placeholders could grow the cache: start over.
-  if (statements.size >= MAX_STATEMENTS) statements.clear();
-  statements.set(text, info);
-  return info;
+  const prepare = operation === 'PREPARE' ? /^\s*PREPARE\s+(\w+)(?:\s*\([^)]*\))?\s+AS\s/i.exec(text) : null;
+  if (prepare) {
+    const inner = statementOf(text.slice(prepare[0].length));
+    remember(prepared, prepare[1] as string, inner);
+    info = { name: 'pg.query:PREPARE', operation, summary: `PREPARE ${inner.summary}`.slice(0, MAX_SUMMARY) };
+  } else info = { name: `pg.query:${operation}`, operation, summary: summarise(text) || operation };
+  return remember(statements, text, info);
+}
+
+/** The text of a `pg` query's arguments (`query(text, …)` or `query({ text, … }, …)`). */
+function textOf(first: unknown): string {
+  if (typeof first === 'string') return first;
+  const text = (first as { text?: unknown } | undefined)?.text;
+  return typeof text === 'string' ? text : '';
 }
 
 interface ConnectionParameters {
@@ -128,14 +160,20 @@ export async function instrumentPg(): Promise<() => void> {
     if (proto[PATCHED]) continue;
     const original = proto.query;
     proto[PATCHED] = true;
-    proto.query = function tracedQuery(this: { connectionParameters?: ConnectionParameters }, ...args: unknown[]) {
+    proto.query = function tracedQuery(
+      this: { connectionParameters?: ConnectionParameters },
+      ...args: unknown[]
+    ) {
       const t = tracer;
       if (!t) return original.apply(this, args);
       const parent = context.active();
-      if (!trace.getSpan(parent)?.isRecording()) return original.apply(this, args);
-      const first = args[0] as string | { text?: unknown } | undefined;
-      const text = typeof first === 'string' ? first : typeof first?.text === 'string' ? first.text : '';
-      const info = statementOf(text);
+      if (!trace.getSpan(parent)?.isRecording()) {
+        // A statement prepared outside a trace may be executed inside one: learn its name.
+        const text = textOf(args[0]);
+        if (text.startsWith('PREPARE ')) statementOf(text);
+        return original.apply(this, args);
+      }
+      const info = statementOf(textOf(args[0]));
       const cp = this.connectionParameters;
       const span = t.startSpan(
         info.name,
