@@ -13,7 +13,6 @@ const ALLOWED = new Set([
   'packages/server/src/metering/service.ts',
   'packages/server/src/domains/rag/service.ts',
   'packages/server/src/domains/apps/chat.ts',
-  'packages/server/src/cli/program.ts',
 ]);
 const EXEMPT =
   /(\.test\.ts|\.fixture\.ts|\/test-helpers\.ts)$|^packages\/server\/src\/(test|db\/migrations)\/|\/generated\//;
