@@ -22,10 +22,13 @@ import {
   UpdateAgentInput,
 } from './schema.js';
 import { type AgentDeps, AgentsService } from './service.js';
+import { AgentTurns } from './turns.js';
 
 const tags = ['Managed agents'];
 const svc = (ctx: RequestContext & { principal: Principal }) =>
   new AgentsService(ctx.em, ctx.deps as AgentDeps, ctx.principal);
+const turns = (ctx: RequestContext & { principal: Principal }) =>
+  new AgentTurns(ctx.em, ctx.deps as AgentDeps, ctx.principal);
 const AgentId = z.object({ agentId: z.string() });
 const SessionId = z.object({ sessionId: z.string() });
 const Deleted = z.object({ deleted: z.literal(true) });
@@ -208,7 +211,7 @@ export const agentsRouter = router({
     })
     .input(ToolResultInput)
     .output(ToolResultResponseSchema)
-    .mutation(({ ctx, input }) => svc(ctx).submitToolResult(input)),
+    .mutation(({ ctx, input }) => turns(ctx).submitToolResult(input)),
 
   decideToolApproval: keyProcedure
     .meta({
@@ -262,5 +265,5 @@ export const agentsRouter = router({
     })
     .input(CancelInput)
     .output(z.object({ runId: z.string(), status: z.literal('cancelled') }))
-    .mutation(({ ctx, input }) => svc(ctx).cancelRun(input.sessionId, input.runId)),
+    .mutation(({ ctx, input }) => turns(ctx).cancelRun(input.sessionId, input.runId)),
 });

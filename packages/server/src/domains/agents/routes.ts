@@ -14,7 +14,8 @@ import { SseWriter } from '../../http/sse.js';
 import type { RunRecord } from '../../runs/index.js';
 import { isUuid } from './config.js';
 import { SendMessageInput, type SendMessageInputType } from './schema.js';
-import { type AgentDeps, AgentsService } from './service.js';
+import type { AgentDeps } from './service.js';
+import { AgentTurns } from './turns.js';
 
 const heartbeatMs = (deps: ServerDeps) => {
   const n = Number(deps.config.env.AGENT_STREAM_HEARTBEAT_MS ?? 15_000);
@@ -64,7 +65,7 @@ async function keyTurn(
   input: SendMessageInputType,
 ): Promise<void> {
   try {
-    const { run, headers } = await AgentsService.startKeyTurn(
+    const { run, headers } = await AgentTurns.startKeyTurn(
       { ...deps, metering: deps.poolMetering },
       hashApiKey(apiKey),
       sessionId,
@@ -134,14 +135,14 @@ function modelResolves(deps: ServerDeps, model: string | undefined): boolean {
 }
 
 const handle =
-  (deps: ServerDeps, fn: (req: Request, res: Response, svc: AgentsService) => Promise<void>) =>
+  (deps: ServerDeps, fn: (req: Request, res: Response, svc: AgentTurns) => Promise<void>) =>
   async (req: Request, res: Response) => {
     try {
       const em = deps.em();
       const principal = await authenticate(req, deps, em, API_KEY);
       // The stream routes' rate limit and credit check run on the plain pool (decision 0029).
       const streamDeps = { ...deps, metering: deps.poolMetering } as AgentDeps;
-      await fn(req, res, new AgentsService(em, streamDeps, principal));
+      await fn(req, res, new AgentTurns(em, streamDeps, principal));
     } catch (err) {
       const e = toAppError(err);
       if (e.status >= 500) deps.log.error({ err }, 'request failed');

@@ -8,7 +8,8 @@ import type { LlmMessage, ToolCall } from '../../providers/llm.js';
 import { estimateTokens, messageChars } from '../../providers/tokens.js';
 import { type RunEvent, toolCallStore } from '../../runs/index.js';
 import { effectiveConfig, isUuid } from '../agents/config.js';
-import { type AgentDeps, AgentsService } from '../agents/service.js';
+import type { AgentDeps } from '../agents/service.js';
+import { AgentTurns } from '../agents/turns.js';
 import type { CompletionRequest } from './chat-request.js';
 import { ChunkWriter, completionObject, usageOf } from './completion-writer.js';
 import { sendOpenAiError, toOpenAiError } from './error-routes.js';
@@ -68,7 +69,7 @@ export async function agentCompletion(
     if (first !== undefined)
       throw unsupported(first, "is not supported for agent models: the agent's configuration decides");
     const agentId = r.agentId as string;
-    const svc = new AgentsService(em, { ...deps, metering: deps.poolMetering } as AgentDeps, principal);
+    const svc = new AgentTurns(em, { ...deps, metering: deps.poolMetering } as AgentDeps, principal);
     if (!isUuid(agentId)) throw modelNotFound(r.model);
     const agent = await svc.requireAgent(agentId).catch((err: unknown) => {
       throw err instanceof AppError && err.status === 404 ? modelNotFound(r.model) : err;
@@ -153,7 +154,7 @@ export async function agentCompletion(
  */
 async function resumeTurn(
   em: EntityManager,
-  svc: AgentsService,
+  svc: AgentTurns,
   principal: Principal,
   agentId: string,
   r: CompletionRequest,
