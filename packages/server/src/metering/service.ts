@@ -1,17 +1,15 @@
 import { randomUUID } from 'node:crypto';
-import { ACTIVE_API_KEY_WHERE, API_KEY_FROM, TOUCH_API_KEY_CTE } from '../auth/api-keys.js';
-import { apiKeyPrincipal } from '../auth/principal.js';
 import type { SqlExecutor } from '../db/sql.js';
 import { appError } from '../errors/index.js';
 import type { LlmUsage, ModelInfo } from '../providers/llm.js';
 import { estimateTokens } from '../providers/tokens.js';
 import { countCreditsDebited } from '../telemetry/metrics.js';
-import { cycleStart, nextCycleStart } from './cycle.js';
+import * as admission from './admission.js';
 import { FirstReplyGate } from './first-reply.js';
 import { holdCheck } from './hold-check.js';
 import { HoldLeases } from './holds.js';
+import * as quota from './quota.js';
 import * as rateLimits from './rate-limit.js';
-import { rateLimitCte, rateLimitCteParams, rateLimitHeaders, shardedRateLimit } from './rate-limit.js';
 import type { MeteringSettings } from './settings.js';
 import type {
   GenerationInput,
@@ -27,49 +25,6 @@ import type {
 
 /** 402 `INSUFFICIENT_CREDITS`, in the spec's wording for the caller (apps chat has its own). */
 export const insufficientCredits = (variant?: 'appsChat') => appError('INSUFFICIENT_CREDITS', { variant });
-
-export interface TokenQuotaStatus {
-  /** null: unlimited. */
-  quota: number | null;
-  used: number;
-  cycleStart: Date;
-  resetsAt: Date;
-}
-
-/**
- * The start of the billing cycle containing now() as SQL, the same as `cycleStart` computes
- * (UTC, month-end clamping: PostgreSQL's timestamp + months clamps the day the same way),
- * truncated to milliseconds like a JavaScript Date.
- */
-export const CYCLE_START_SQL = (anchor: string) => `(with a as (
-    select date_trunc('milliseconds', ${anchor} at time zone 'UTC') as a, now() at time zone 'UTC' as n
-  ), m as (
-    select a, n, ((extract(year from n) - extract(year from a)) * 12
-                  + extract(month from n) - extract(month from a))::int as m from a
-  )
-  select (case when n <= a then a
-               when a + make_interval(months => m) > n then a + make_interval(months => m - 1)
-               else a + make_interval(months => m) end) at time zone 'UTC'
-    from m)`;
-
-/** How long a `/chat` quota reservation counts if its process dies before releasing it. */
-export const RESERVATION_TTL_SECONDS = 900;
-
-/** Joins `u.tokens, u.cycle_start`: the workspace's latest billing-cycle usage row, if any. */
-const LATEST_CYCLE_USAGE = (workspaceId: string) => `left join lateral (
-           select tokens, cycle_start from workspace_token_usage
-            where workspace_id = ${workspaceId} order by cycle_start desc limit 1
-         ) u on true`;
-
-/** Tokens used in the billing cycle containing `now`, from the latest cycle row (or none). */
-export function tokensUsedInCycle(
-  start: Date,
-  latest: { cycle_start: Date | string | null; tokens: string | number | null },
-): number {
-  return latest.cycle_start && new Date(latest.cycle_start).getTime() === start.getTime()
-    ? Number(latest.tokens ?? 0)
-    : 0;
-}
 
 /** Price of one line: quantity × unit price in micro-dollars, rounded up to a whole micro. */
 const lineCost = (quantity: number, unitPriceMicros: number) => Math.ceil(quantity * unitPriceMicros - 1e-9);
@@ -704,31 +659,8 @@ export class PgMetering implements Metering {
 
   // ---- token quota (/chat) -------------------------------------------------------------
 
-  async tokenQuotaStatus(workspaceId: string, now = new Date()): Promise<TokenQuotaStatus> {
-    const rows = await this.db().execute<
-      {
-        quota: string | null;
-        anchor: Date | string;
-        tokens: string | null;
-        cycle_start: Date | string | null;
-      }[]
-    >(
-      `select w.monthly_token_quota as quota, w.billing_cycle_anchor as anchor, u.tokens, u.cycle_start
-         from workspaces w
-         ${LATEST_CYCLE_USAGE('w.id')}
-        where w.id = ?`,
-      [workspaceId],
-    );
-    const row = rows[0];
-    if (!row) throw appError('WORKSPACE_NOT_FOUND');
-    const anchor = new Date(row.anchor);
-    const start = cycleStart(anchor, now);
-    return {
-      quota: row.quota === null ? null : Number(row.quota),
-      used: tokensUsedInCycle(start, row),
-      cycleStart: start,
-      resetsAt: nextCycleStart(anchor, now),
-    };
+  tokenQuotaStatus(workspaceId: string, now = new Date()): Promise<quota.TokenQuotaStatus> {
+    return quota.tokenQuotaStatus(this.db, workspaceId, now);
   }
 
   async assertTokenQuota(workspaceId: string): Promise<void> {
@@ -1104,126 +1036,27 @@ export class PgMetering implements Metering {
     return rateLimits.rateLimit(this.db, this.settings.rateLimits, workspaceId, bucket);
   }
 
-  /**
-   * The up-front checks of a token-metered API-key request (`POST /chat`) in ONE statement:
-   * resolves the key (active key of an active workspace; refreshes `last_used_at` at most once
-   * a minute), takes a unit from the workspace's rate-limit bucket when `admit` is set (an
-   * invalid request spends none) and, when the workspace has a token quota and the request is
-   * within its rate limit, reserves `reserveTokens` of it: only while the tokens used in the
-   * cycle plus those reserved by requests in flight are below the quota (a conditional upsert
-   * on the cycle's row, so concurrent admissions serialise and each sees what the previous
-   * reserved), with a reservation row the usage record releases. Undefined when the key does
-   * not resolve (401). Otherwise the caller checks, in this order, its own 400s, then
-   * `limit()` (429) and `quota()` (403), and passes `reservationId` to `record`.
-   */
-  async admitKeyRequest(
+  admitKeyRequest(
     keyHash: string,
     bucket: RateLimitBucket,
     admit: boolean,
     reserveTokens = 1,
   ): Promise<KeyAdmission | undefined> {
-    const rule = this.settings.rateLimits[bucket];
-    const limited = admit && !!rule && rule.limit > 0;
-    const w = rule?.windowSeconds ?? 60;
-    const sharded = shardedRateLimit(limited, rule?.limit ?? 0);
-    const reservationId = randomUUID();
-    const rows = await this.db().execute<
-      {
-        id: string;
-        name: string | null;
-        workspace_id: string;
-        workspace_name: string;
-        quota: string | null;
-        cs: Date | string;
-        hits: number | null;
-        reset_in: string | number | null;
-        reserved: boolean;
-      }[]
-    >(
-      `with async_commit as (select set_config('synchronous_commit', 'off', true) as v), k as (
-         select k.id, k.name, k.workspace_id, w.name as workspace_name,
-                w.monthly_token_quota as quota, ${CYCLE_START_SQL('w.billing_cycle_anchor')} as cs
-           from ${API_KEY_FROM} cross join async_commit
-          where ${ACTIVE_API_KEY_WHERE}
-       ), ${TOUCH_API_KEY_CTE}, ${rateLimitCte('?::boolean', sharded)}, res as (
-         insert into workspace_token_usage as t (workspace_id, cycle_start, tokens, reserved)
-         select k.workspace_id, k.cs, 0, ?::bigint from k
-          where ?::boolean and k.quota is not null and k.quota > 0
-            and (not ?::boolean or (select hits from rl) <= ?::int)
-         on conflict (workspace_id, cycle_start) do update set reserved = t.reserved + excluded.reserved
-          where t.tokens + t.reserved < (select quota from k)
-         returning workspace_id, cycle_start
-       ), resrow as (
-         insert into token_reservations (id, workspace_id, cycle_start, tokens, expires_at)
-         select ?::uuid, workspace_id, cycle_start, ?::bigint, now() + interval '${RESERVATION_TTL_SECONDS} seconds'
-           from res
-       )
-       select k.*, rl.hits, rl.reset_in, exists (select 1 from res) as reserved
-         from k
-         left join rl on true`,
-      [
-        keyHash,
-        ...rateLimitCteParams(`${bucket}:`, w, sharded, [limited]),
-        Math.max(1, Math.ceil(reserveTokens)),
-        admit,
-        limited,
-        rule?.limit ?? 0,
-        reservationId,
-        Math.max(1, Math.ceil(reserveTokens)),
-      ],
+    return admission.admitKeyRequest(
+      this.db,
+      this.settings.rateLimits,
+      keyHash,
+      bucket,
+      admit,
+      reserveTokens,
     );
-    const row = rows[0];
-    if (!row) return undefined;
-    const reserved = row.reserved === true || String(row.reserved) === 't' || String(row.reserved) === 'true';
-    return {
-      principal: apiKeyPrincipal(row),
-      cycleStart: new Date(row.cs),
-      reservationId: reserved ? reservationId : null,
-      limit: () =>
-        limited && rule ? rateLimitHeaders(rule, Number(row.hits), Number(row.reset_in), bucket) : {},
-      quota: () => {
-        if (row.quota !== null && !reserved) throw appError('TOKEN_LIMIT_EXCEEDED');
-      },
-    };
   }
 
-  /**
-   * The `/chat` quota reservation on its own (callers authenticated otherwise than by key,
-   * whose rate limit was taken already): the same conditional upsert as `admitKeyRequest`.
-   * `reservationId` null with a quota set means the quota is spent (403).
-   */
-  async reserveQuota(
+  reserveQuota(
     workspaceId: string,
     reserveTokens: number,
   ): Promise<{ quota: number | null; cycleStart: Date; reservationId: string | null }> {
-    const reservationId = randomUUID();
-    const tokens = Math.max(1, Math.ceil(reserveTokens));
-    const rows = await this.db().execute<{ quota: string | null; cs: Date | string; reserved: boolean }[]>(
-      `with k as (
-         select w.id as workspace_id, w.monthly_token_quota as quota, ${CYCLE_START_SQL('w.billing_cycle_anchor')} as cs
-           from workspaces w where w.id = ?
-       ), res as (
-         insert into workspace_token_usage as t (workspace_id, cycle_start, tokens, reserved)
-         select k.workspace_id, k.cs, 0, ?::bigint from k where k.quota is not null and k.quota > 0
-         on conflict (workspace_id, cycle_start) do update set reserved = t.reserved + excluded.reserved
-          where t.tokens + t.reserved < (select quota from k)
-         returning workspace_id, cycle_start
-       ), resrow as (
-         insert into token_reservations (id, workspace_id, cycle_start, tokens, expires_at)
-         select ?::uuid, workspace_id, cycle_start, ?::bigint, now() + interval '${RESERVATION_TTL_SECONDS} seconds'
-           from res
-       )
-       select k.quota, k.cs, exists (select 1 from res) as reserved from k`,
-      [workspaceId, tokens, reservationId, tokens],
-    );
-    const row = rows[0];
-    if (!row) throw appError('WORKSPACE_NOT_FOUND');
-    const reserved = row.reserved === true || String(row.reserved) === 't' || String(row.reserved) === 'true';
-    return {
-      quota: row.quota === null ? null : Number(row.quota),
-      cycleStart: new Date(row.cs),
-      reservationId: reserved ? reservationId : null,
-    };
+    return admission.reserveQuota(this.db, workspaceId, reserveTokens);
   }
 
   // ---- generations ---------------------------------------------------------------------------
