@@ -8,6 +8,8 @@ import * as admission from './admission.js';
 import { FirstReplyGate } from './first-reply.js';
 import { holdCheck } from './hold-check.js';
 import { HoldLeases } from './holds.js';
+import * as pricing from './pricing.js';
+import { lineCost } from './pricing.js';
 import * as quota from './quota.js';
 import * as rateLimits from './rate-limit.js';
 import type { MeteringSettings } from './settings.js';
@@ -25,9 +27,6 @@ import type {
 
 /** 402 `INSUFFICIENT_CREDITS`, in the spec's wording for the caller (apps chat has its own). */
 export const insufficientCredits = (variant?: 'appsChat') => appError('INSUFFICIENT_CREDITS', { variant });
-
-/** Price of one line: quantity × unit price in micro-dollars, rounded up to a whole micro. */
-const lineCost = (quantity: number, unitPriceMicros: number) => Math.ceil(quantity * unitPriceMicros - 1e-9);
 
 /** A usage record as the set-based insert reads it (snake_case JSON). */
 export interface UsageRow {
@@ -925,7 +924,7 @@ export class PgMetering implements Metering {
 
   /** Price of one chunk of output (`creditCheckEveryTokens` tokens), at least 1 µ$. */
   chunkMicros(model: ModelInfo): number {
-    return Math.max(1, lineCost(this.settings.creditCheckEveryTokens, model.outputPricePerMTok));
+    return pricing.chunkMicros(this.settings, model);
   }
 
   price(
@@ -934,29 +933,7 @@ export class PgMetering implements Metering {
     outputTokens: number,
     images = 0,
   ): { costMicros: number; lines: UsageComponentLine[] } {
-    // USD per million tokens = micro-dollars per token.
-    const lines: UsageComponentLine[] = [];
-    if (inputTokens > 0 || images === 0) {
-      lines.push({
-        component: 'input_tokens',
-        quantity: inputTokens,
-        unitPriceMicros: model.inputPricePerMTok,
-        costMicros: lineCost(inputTokens, model.inputPricePerMTok),
-      });
-    }
-    if (outputTokens > 0 || images === 0) {
-      lines.push({
-        component: 'output_tokens',
-        quantity: outputTokens,
-        unitPriceMicros: model.outputPricePerMTok,
-        costMicros: lineCost(outputTokens, model.outputPricePerMTok),
-      });
-    }
-    if (images > 0) {
-      const unit = Math.round((model.pricePerImage ?? 0) * 1_000_000);
-      lines.push({ component: 'image', quantity: images, unitPriceMicros: unit, costMicros: images * unit });
-    }
-    return { costMicros: lines.reduce((s, l) => s + l.costMicros, 0), lines };
+    return pricing.price(model, inputTokens, outputTokens, images);
   }
 
   // ---- usage records -----------------------------------------------------------------------
