@@ -5,6 +5,8 @@ import type { LlmUsage, ModelInfo } from '../providers/llm.js';
 import { estimateTokens } from '../providers/tokens.js';
 import { countCreditsDebited } from '../telemetry/metrics.js';
 import * as admission from './admission.js';
+import * as credits from './credits.js';
+import { insufficientCredits } from './credits.js';
 import { estimatorKey, OutputEstimator } from './estimator.js';
 import { holdCheck } from './hold-check.js';
 import { HoldLeases } from './holds.js';
@@ -26,9 +28,6 @@ import type {
 } from './types.js';
 import * as usage from './usage.js';
 import { UsageBatcher, type UsageRow, usageRow } from './usage.js';
-
-/** 402 `INSUFFICIENT_CREDITS`, in the spec's wording for the caller (apps chat has its own). */
-export const insufficientCredits = (variant?: 'appsChat') => appError('INSUFFICIENT_CREDITS', { variant });
 
 /** Start options of a generation: what sizes its hold. */
 export interface GenerationOptions {
@@ -493,154 +492,60 @@ export class PgMetering implements Metering {
 
   // ---- credits -----------------------------------------------------------------------------
 
-  async balanceMicros(workspaceId: string): Promise<number> {
-    const rows = await this.db().execute<{ b: string }[]>(
-      'select credit_balance_micros as b from workspaces where id = ?',
-      [workspaceId],
-    );
-    if (!rows[0]) throw appError('WORKSPACE_NOT_FOUND');
-    return Number(rows[0].b);
+  balanceMicros(workspaceId: string): Promise<number> {
+    return credits.balanceMicros(this.db, workspaceId);
   }
 
-  async assertCredits(workspaceId: string, atLeastMicros?: number, variant?: 'appsChat'): Promise<void> {
-    const balance = await this.balanceMicros(workspaceId);
-    const need = atLeastMicros ?? 1;
-    if (balance <= 0 || balance < need) throw insufficientCredits(variant);
+  assertCredits(workspaceId: string, atLeastMicros?: number, variant?: 'appsChat'): Promise<void> {
+    return credits.assertCredits(this.db, workspaceId, atLeastMicros, variant);
   }
 
-  async debit(
+  debit(
     workspaceId: string,
     micros: number,
     ref: { reason: string; ref?: string },
   ): Promise<{ balanceMicros: number; short: boolean }> {
-    if (!Number.isSafeInteger(micros) || micros < 0) throw new Error(`Invalid debit amount ${micros}`);
-    // One statement: the UPDATE clamps the debit to what is left (SET expressions all read the
-    // row as it was, so `last_debit_micros` is what was taken), and the ledger line is written
-    // from its RETURNING. Concurrent debits serialise on the row lock; none can be lost.
-    const rows = await this.db().execute<{ after: string; took: string }[]>(
-      `with upd as (
-         update workspaces set
-           credit_balance_micros = credit_balance_micros - least(?::bigint, greatest(credit_balance_micros, 0)),
-           last_debit_micros = least(?::bigint, greatest(credit_balance_micros, 0)),
-           updated_at = now()
-         where id = ?
-         returning id, credit_balance_micros as after, last_debit_micros as took
-       ), led as (
-         insert into credit_ledger (id, workspace_id, amount_micros, balance_after_micros, kind, reason, ref)
-         select gen_random_uuid(), upd.id, -upd.took, upd.after, 'debit', ?, ? from upd
-       )
-       select after, took from upd`,
-      [micros, micros, workspaceId, ref.reason, ref.ref ?? null],
-    );
-    const row = rows[0];
-    if (!row) throw appError('WORKSPACE_NOT_FOUND');
-    return { balanceMicros: Number(row.after), short: Number(row.took) < micros };
+    return credits.debit(this.db, workspaceId, micros, ref);
   }
 
-  /**
-   * Takes `micros` off the balance only if the balance covers it, and records the hold as a
-   * `credit_holds` row: ONE conditional statement (UPDATE … WHERE credit_balance_micros >=
-   * $hold, its ledger line `debit`, the hold row). Concurrent holds serialise on the
-   * workspace row and each re-reads the balance the previous one left, so the holds granted
-   * never sum above the balance. False when it does not cover it; 404 when the workspace does
-   * not exist.
-   */
-  async hold(
+  /** Takes a hold off the balance if it covers it (`credits.ts` `hold`). */
+  hold(
     workspaceId: string,
     micros: number,
     ref: { reason: string; ref?: string },
-    row?: { id: string; usedMicros: number; inputTokens: number; record: Record<string, unknown> },
-    /** How far below zero this hold may take the balance (what a companion hold prepaid for it). */
+    row?: credits.HoldRow,
     prepaidMicros = 0,
-    /** Commit without waiting for the WAL flush (see `GenerationOptions.asyncCommit`). */
     asyncCommit = false,
   ): Promise<boolean> {
-    if (!Number.isSafeInteger(micros) || micros <= 0) throw new Error(`Invalid hold amount ${micros}`);
-    const rows = await this.db().execute<{ after: string }[]>(
-      `with async_commit as (select set_config('synchronous_commit', ?, true) as v), upd as (
-         update workspaces set credit_balance_micros = credit_balance_micros - ?::bigint, updated_at = now()
-         where id = ? and credit_balance_micros + ?::bigint >= ?::bigint
-         returning id, credit_balance_micros as after
-       ), led as (
-         insert into credit_ledger (id, workspace_id, amount_micros, balance_after_micros, kind, reason, ref)
-         select gen_random_uuid(), upd.id, -?::bigint, upd.after, 'debit', ?, ? from upd
-       ), h as (
-         insert into credit_holds (id, workspace_id, reason, ref, held_micros, used_micros, input_tokens,
-                                   record, expires_at)
-         select ?::uuid, upd.id, ?, ?, ?::bigint, ?::bigint, ?::bigint, ?::jsonb,
-                now() + (?::text || ' milliseconds')::interval
-           from upd where ?::boolean
-       )
-       select after from upd cross join async_commit`,
-      [
-        asyncCommit ? 'off' : 'on',
-        micros,
-        workspaceId,
-        Math.max(0, Math.floor(prepaidMicros)),
-        micros,
-        micros,
-        ref.reason,
-        ref.ref ?? null,
-        row?.id ?? '00000000-0000-0000-0000-000000000000',
-        ref.reason,
-        ref.ref ?? null,
-        micros,
-        row?.usedMicros ?? 0,
-        row?.inputTokens ?? 0,
-        JSON.stringify(row?.record ?? {}),
-        this.settings.holdLeaseMs,
-        !!row,
-      ],
+    return credits.hold(
+      this.db,
+      this.settings.holdLeaseMs,
+      workspaceId,
+      micros,
+      ref,
+      row,
+      prepaidMicros,
+      asyncCommit,
     );
-    if (rows[0]) return true;
-    await this.balanceMicros(workspaceId); // 404 when the workspace does not exist
-    return false;
   }
 
-  /**
-   * Tops hold `holdId` up by `micros` in one statement (ledger line `debit`; the hold row
-   * notes what was used so far, for a settlement after a crash). The balance may go below
-   * zero by at most `overdraftMicros`. False when it cannot.
-   */
-  async topUp(
+  /** Tops a hold up (`credits.ts` `topUp`). */
+  topUp(
     workspaceId: string,
     holdId: string,
     micros: number,
     overdraftMicros: number,
     ref: { reason: string; ref?: string; usedMicros: number; inputTokens: number; outputTokens: number },
   ): Promise<boolean> {
-    const rows = await this.db().execute<{ after: string }[]>(
-      `with upd as (
-         update workspaces set credit_balance_micros = credit_balance_micros - ?::bigint, updated_at = now()
-         where id = ? and credit_balance_micros - ?::bigint >= -?::bigint
-         returning id, credit_balance_micros as after
-       ), led as (
-         insert into credit_ledger (id, workspace_id, amount_micros, balance_after_micros, kind, reason, ref)
-         select gen_random_uuid(), upd.id, -?::bigint, upd.after, 'debit', ?, ? from upd
-       ), h as (
-         update credit_holds set held_micros = held_micros + ?::bigint, used_micros = ?::bigint,
-                input_tokens = ?::bigint, output_tokens = ?::bigint,
-                expires_at = now() + (?::text || ' milliseconds')::interval
-          where id = ? and exists (select 1 from upd)
-       )
-       select after from upd`,
-      [
-        micros,
-        workspaceId,
-        micros,
-        Math.max(0, overdraftMicros),
-        micros,
-        ref.reason,
-        ref.ref ?? null,
-        micros,
-        ref.usedMicros,
-        ref.inputTokens,
-        ref.outputTokens,
-        this.settings.holdLeaseMs,
-        holdId,
-      ],
+    return credits.topUp(
+      this.db,
+      this.settings.holdLeaseMs,
+      workspaceId,
+      holdId,
+      micros,
+      overdraftMicros,
+      ref,
     );
-    return rows.length > 0;
   }
 
   /**

@@ -3,8 +3,8 @@ import type { EntityManager } from '@mikro-orm/postgresql';
 import { apiKeyPrincipal, type Principal } from '../../auth/principal.js';
 import type { ServerDeps } from '../../context.js';
 import { appError } from '../../errors/index.js';
+import { insufficientCredits } from '../../metering/credits.js';
 import { rateLimitHeaders } from '../../metering/rate-limit.js';
-import { insufficientCredits } from '../../metering/service.js';
 import type { Metering } from '../../metering/types.js';
 import type { LlmMessage, ModelCatalog } from '../../providers/llm.js';
 import {
