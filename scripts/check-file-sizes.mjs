@@ -10,7 +10,6 @@ const MAX_LINES = 600;
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const SRC = 'packages/server/src';
 const ALLOWED = new Set([
-  'packages/server/src/metering/service.ts',
   'packages/server/src/domains/rag/service.ts',
   'packages/server/src/domains/apps/chat.ts',
   'packages/server/src/cli/program.ts',
