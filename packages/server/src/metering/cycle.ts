@@ -48,3 +48,19 @@ export function nextCycleStart(anchor: Date, now: Date): Date {
   }
   return next;
 }
+
+/**
+ * The start of the billing cycle containing now() as SQL, the same as `cycleStart` computes
+ * (UTC, month-end clamping: PostgreSQL's timestamp + months clamps the day the same way),
+ * truncated to milliseconds like a JavaScript Date.
+ */
+export const CYCLE_START_SQL = (anchor: string) => `(with a as (
+    select date_trunc('milliseconds', ${anchor} at time zone 'UTC') as a, now() at time zone 'UTC' as n
+  ), m as (
+    select a, n, ((extract(year from n) - extract(year from a)) * 12
+                  + extract(month from n) - extract(month from a))::int as m from a
+  )
+  select (case when n <= a then a
+               when a + make_interval(months => m) > n then a + make_interval(months => m - 1)
+               else a + make_interval(months => m) end) at time zone 'UTC'
+    from m)`;

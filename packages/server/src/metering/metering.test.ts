@@ -2,7 +2,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AppError } from '../errors/index.js';
 import { createTestWorkspace, startTestServer, type TestServer } from '../test/harness.js';
 import { cycleStart, nextCycleStart } from './cycle.js';
-import { estimatorKey, type PgMetering } from './service.js';
+import { estimatorKey } from './estimator.js';
+import type { PgMetering } from './service.js';
 
 let ts: TestServer;
 let metering: PgMetering;

@@ -6,7 +6,7 @@ import {
   startTestServerWithFakeModel,
   type TestServer,
 } from '../test/harness.js';
-import { RATE_LIMIT_SHARDS, SHARDED_RATE_LIMIT_MIN } from './service.js';
+import { RATE_LIMIT_SHARDS, SHARDED_RATE_LIMIT_MIN } from './rate-limit.js';
 
 /**
  * Rate limits of at least `SHARDED_RATE_LIMIT_MIN` per window are counted over

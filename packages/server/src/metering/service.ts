@@ -1,840 +1,29 @@
-import { randomInt, randomUUID } from 'node:crypto';
-import { ACTIVE_API_KEY_WHERE, API_KEY_FROM, TOUCH_API_KEY_CTE } from '../auth/api-keys.js';
-import { apiKeyPrincipal } from '../auth/principal.js';
 import type { SqlExecutor } from '../db/sql.js';
 import { appError } from '../errors/index.js';
-import type { LlmUsage, ModelInfo } from '../providers/llm.js';
-import { estimateTokens } from '../providers/tokens.js';
-import { countCreditsDebited, countRateLimited } from '../telemetry/metrics.js';
-import { cycleStart, nextCycleStart } from './cycle.js';
-import { FirstReplyGate } from './first-reply.js';
-import { holdCheck } from './hold-check.js';
+import type { ModelInfo } from '../providers/llm.js';
+import { countCreditsDebited } from '../telemetry/metrics.js';
+import * as admission from './admission.js';
+import * as credits from './credits.js';
+import { OutputEstimator } from './estimator.js';
+import * as generation from './generation.js';
+import type { GenerationMeter } from './generation-meter.js';
 import { HoldLeases } from './holds.js';
+import * as pricing from './pricing.js';
+import * as quota from './quota.js';
+import * as rateLimits from './rate-limit.js';
+import type { MeteringSettings } from './settings.js';
+import * as settlement from './settlement.js';
 import type {
   GenerationInput,
-  GenerationMeter as GenerationMeterContract,
   KeyAdmission,
   Metering,
   RateLimitBucket,
   StatementHold,
-  StatementSettlement,
   UsageComponentLine,
   UsageRecordInput,
 } from './types.js';
-
-/** 402 `INSUFFICIENT_CREDITS`, in the spec's wording for the caller (apps chat has its own). */
-export const insufficientCredits = (variant?: 'appsChat') => appError('INSUFFICIENT_CREDITS', { variant });
-
-export interface RateLimitRule {
-  /** Requests per window; 0 turns the bucket off. */
-  limit: number;
-  windowSeconds: number;
-}
-
-export interface MeteringSettings {
-  rateLimits: Record<RateLimitBucket, RateLimitRule>;
-  /** Output tokens between two mid-generation credit checks. */
-  creditCheckEveryTokens: number;
-  /** Expected reply length (output tokens) of a model before any reply of it was seen. */
-  defaultOutputTokens: number;
-  /** Cap on the expected reply length a hold or a quota reservation is sized for. */
-  maxHoldOutputTokens: number;
-  /** How long a hold outlives its process without a heartbeat (the run engine's lease). */
-  holdLeaseMs: number;
-  /**
-   * How long requests wait for the first reply of a model on an endpoint before sizing their
-   * `/chat` quota reservation (`FirstReplyGate`); 0 turns the wait off. Default 5000.
-   */
-  firstReplyWaitMs?: number;
-}
-
-const int = (v: string | undefined, name: string, fallback: number): number => {
-  if (v === undefined || v.trim() === '') return fallback;
-  const n = Number(v);
-  if (!Number.isSafeInteger(n) || n < 0) throw new Error(`${name} must be a non-negative integer`);
-  return n;
-};
-
-/** The run engine's lease (`RUN_LEASE_MS`, read as leniently as the engine does), at least 1 s. */
-const leaseMs = (v: string | undefined) => {
-  const n = v === undefined || v.trim() === '' ? Number.NaN : Number(v);
-  return Number.isFinite(n) && n > 0 ? Math.max(1000, n) : 30_000;
-};
-
-/** Metering settings from the environment (documented in docs/models-and-metering.md). */
-export function meteringSettingsFromEnv(env: Record<string, string | undefined>): MeteringSettings {
-  const windowSeconds = Math.max(1, int(env.RATE_LIMIT_WINDOW_SECONDS, 'RATE_LIMIT_WINDOW_SECONDS', 60));
-  const rule = (name: string, fallback: number): RateLimitRule => ({
-    limit: int(env[name], name, fallback),
-    windowSeconds,
-  });
-  return {
-    rateLimits: {
-      chat: rule('RATE_LIMIT_CHAT', 60),
-      session_create: rule('RATE_LIMIT_SESSION_CREATE', 30),
-      agent_message: rule('RATE_LIMIT_AGENT_MESSAGE', 60),
-      app_chat: rule('RATE_LIMIT_APP_CHAT', 120),
-    },
-    creditCheckEveryTokens: Math.max(
-      1,
-      int(env.METERING_CREDIT_CHECK_TOKENS, 'METERING_CREDIT_CHECK_TOKENS', 256),
-    ),
-    defaultOutputTokens: Math.max(
-      1,
-      int(env.METERING_DEFAULT_OUTPUT_TOKENS, 'METERING_DEFAULT_OUTPUT_TOKENS', 512),
-    ),
-    maxHoldOutputTokens: Math.max(
-      1,
-      int(env.METERING_MAX_HOLD_OUTPUT_TOKENS, 'METERING_MAX_HOLD_OUTPUT_TOKENS', 4096),
-    ),
-    holdLeaseMs: leaseMs(env.RUN_LEASE_MS),
-    firstReplyWaitMs: int(env.METERING_FIRST_REPLY_WAIT_MS, 'METERING_FIRST_REPLY_WAIT_MS', 5000),
-  };
-}
-
-export interface TokenQuotaStatus {
-  /** null: unlimited. */
-  quota: number | null;
-  used: number;
-  cycleStart: Date;
-  resetsAt: Date;
-}
-
-/**
- * The fixed-window counter as one upsert: `rows` yields `(key, window_start, 1)` (placeholders:
- * the key, then the window length twice via `RATE_LIMIT_WINDOW_START`), and the RETURNING
- * clause adds the hits and the seconds to the window's end (one more window-length placeholder).
- */
-export const RATE_LIMIT_WINDOW_START = 'to_timestamp(floor(extract(epoch from now()) / ?) * ?)';
-export const rateLimitUpsert = (
-  rows: string,
-  returning = 'hits',
-) => `insert into rate_limit_windows as r (key, window_start, hits)
-       ${rows}
-       on conflict (key) do update set
-         hits = case when r.window_start = excluded.window_start then r.hits + 1 else 1 end,
-         window_start = excluded.window_start
-       returning ${returning}, extract(epoch from (window_start - now())) + ? as reset_in`;
-const RATE_LIMIT_UPSERT = rateLimitUpsert(`values (?, ${RATE_LIMIT_WINDOW_START}, 1)`);
-
-/**
- * From this limit per window on, an admission statement counts a bucket's window over
- * `RATE_LIMIT_SHARDS` rows (decision 0031). The unit is an upsert that locks its row
- * until the statement commits, and an admission statement takes it first: with one row, every
- * admission of the workspace waited for the one before to commit. A request takes its unit on
- * a row picked at random and adds the other rows' counts as its statement sees them, so
- * requests in flight together can pass the limit by at most their number at the moment it is
- * crossed — nothing at limits below this one, where the count stays exact on one row.
- */
-export const SHARDED_RATE_LIMIT_MIN = 10_000;
-export const RATE_LIMIT_SHARDS = 8;
-
-/**
- * The `rl` CTE (`hits`, `reset_in`) of an admission statement: one unit of the bucket's
- * current window taken for each row of `k` that meets `where` (a condition with its own `?`
- * parameters). `sharded` (the rule's limit ≥ `SHARDED_RATE_LIMIT_MIN`) spreads the count over
- * `RATE_LIMIT_SHARDS` rows. Parameters: `rateLimitCteParams`.
- */
-export const rateLimitCte = (where: string, sharded: boolean): string =>
-  sharded
-    ? `rl_own as (
-         ${rateLimitUpsert(
-           `select ? || k.workspace_id::text || ?, ${RATE_LIMIT_WINDOW_START}, 1 from k where ${where}`,
-           'key, window_start, hits',
-         )}
-       ), rl as (
-         select (o.hits + coalesce((
-                  select sum(x.hits) from rate_limit_windows x
-                   where x.window_start = o.window_start and x.key <> o.key
-                     and x.key in (select ? || k.workspace_id::text || ':s' || g from k, generate_series(0, ?::int) g)
-                ), 0))::int as hits, o.reset_in
-           from rl_own o
-       )`
-    : `rl as (
-         ${rateLimitUpsert(`select ? || k.workspace_id::text, ${RATE_LIMIT_WINDOW_START}, 1 from k where ${where}`)}
-       )`;
-
-/** `rateLimitCte`'s parameters: the bucket's key prefix (`agent_message:`), `where`'s own. */
-export const rateLimitCteParams = (
-  prefix: string,
-  windowSeconds: number,
-  sharded: boolean,
-  whereParams: unknown[],
-): unknown[] =>
-  sharded
-    ? [
-        prefix,
-        `:s${randomInt(RATE_LIMIT_SHARDS)}`,
-        windowSeconds,
-        windowSeconds,
-        ...whereParams,
-        windowSeconds,
-        prefix,
-        RATE_LIMIT_SHARDS - 1,
-      ]
-    : [prefix, windowSeconds, windowSeconds, ...whereParams, windowSeconds];
-
-/** Whether a bucket's count is spread over `RATE_LIMIT_SHARDS` rows (`rateLimitCte`). */
-export const shardedRateLimit = (limited: boolean, limit: number): boolean =>
-  limited && limit >= SHARDED_RATE_LIMIT_MIN;
-
-/** `RATE_LIMIT_UPSERT` over the rows of a sharded bucket (`Metering.rateLimit`). */
-const RATE_LIMIT_SHARDED = `with k as (select ?::uuid as workspace_id), ${rateLimitCte('true', true)}
-  select hits, reset_in from rl`;
-
-/**
- * RateLimit-* headers for a window with `hits` taken, or the 429 (`Retry-After` added) when
- * the rule's limit is exceeded.
- */
-export function rateLimitHeaders(
-  rule: RateLimitRule,
-  hits: number,
-  resetIn: number,
-  /** The bucket, for `aisuite_rate_limited_requests_total{bucket}`. */
-  bucket?: RateLimitBucket,
-): Record<string, string> {
-  const reset = Math.max(1, Math.ceil(resetIn));
-  const headers: Record<string, string> = {
-    'RateLimit-Policy': `${rule.limit};w=${rule.windowSeconds}`,
-    'RateLimit-Limit': String(rule.limit),
-    'RateLimit-Remaining': String(Math.max(0, rule.limit - hits)),
-    'RateLimit-Reset': String(reset),
-  };
-  if (hits > rule.limit) {
-    if (bucket) countRateLimited(bucket);
-    throw appError('RATE_LIMITED', {
-      headers: {
-        ...headers,
-        'Retry-After': String(reset),
-      },
-    });
-  }
-  return headers;
-}
-
-/**
- * The start of the billing cycle containing now() as SQL, the same as `cycleStart` computes
- * (UTC, month-end clamping: PostgreSQL's timestamp + months clamps the day the same way),
- * truncated to milliseconds like a JavaScript Date.
- */
-export const CYCLE_START_SQL = (anchor: string) => `(with a as (
-    select date_trunc('milliseconds', ${anchor} at time zone 'UTC') as a, now() at time zone 'UTC' as n
-  ), m as (
-    select a, n, ((extract(year from n) - extract(year from a)) * 12
-                  + extract(month from n) - extract(month from a))::int as m from a
-  )
-  select (case when n <= a then a
-               when a + make_interval(months => m) > n then a + make_interval(months => m - 1)
-               else a + make_interval(months => m) end) at time zone 'UTC'
-    from m)`;
-
-/** How long a `/chat` quota reservation counts if its process dies before releasing it. */
-export const RESERVATION_TTL_SECONDS = 900;
-
-/** Joins `u.tokens, u.cycle_start`: the workspace's latest billing-cycle usage row, if any. */
-const LATEST_CYCLE_USAGE = (workspaceId: string) => `left join lateral (
-           select tokens, cycle_start from workspace_token_usage
-            where workspace_id = ${workspaceId} order by cycle_start desc limit 1
-         ) u on true`;
-
-/** Tokens used in the billing cycle containing `now`, from the latest cycle row (or none). */
-export function tokensUsedInCycle(
-  start: Date,
-  latest: { cycle_start: Date | string | null; tokens: string | number | null },
-): number {
-  return latest.cycle_start && new Date(latest.cycle_start).getTime() === start.getTime()
-    ? Number(latest.tokens ?? 0)
-    : 0;
-}
-
-/** Price of one line: quantity × unit price in micro-dollars, rounded up to a whole micro. */
-const lineCost = (quantity: number, unitPriceMicros: number) => Math.ceil(quantity * unitPriceMicros - 1e-9);
-
-/** A usage record as the set-based insert reads it (snake_case JSON). */
-export interface UsageRow {
-  workspace_id: string;
-  api_key_id: string | null;
-  app_id: string | null;
-  thread_id: string | null;
-  session_id: string | null;
-  run_id: string | null;
-  request_id: string;
-  endpoint: string;
-  model: string;
-  meter: 'tokens' | 'credits';
-  input_tokens: number;
-  output_tokens: number;
-  cost_micros: number;
-  provider_status: string;
-  latency_ms: number;
-  component_lines: UsageComponentLine[];
-  /** Set when the tokens count against the workspace's quota of that billing cycle. */
-  cycle_start: string | null;
-  /** The `/chat` quota reservation this record releases. */
-  reservation_id: string | null;
-}
-
-function usageRow(rec: UsageRecordInput, cycle: Date | null): UsageRow {
-  return {
-    workspace_id: rec.workspaceId,
-    api_key_id: rec.apiKeyId ?? null,
-    app_id: rec.appId ?? null,
-    thread_id: rec.threadId ?? null,
-    session_id: rec.sessionId ?? null,
-    run_id: rec.runId ?? null,
-    request_id: rec.requestId,
-    endpoint: rec.endpoint,
-    model: rec.model,
-    meter: rec.meter,
-    input_tokens: rec.inputTokens,
-    output_tokens: rec.outputTokens,
-    cost_micros: rec.costMicros,
-    provider_status: rec.providerStatus,
-    latency_ms: Math.max(0, Math.round(rec.latencyMs)),
-    component_lines: rec.componentLines ?? [],
-    cycle_start: cycle ? cycle.toISOString() : null,
-    reservation_id: rec.reservationId ?? null,
-  };
-}
-
-/**
- * Gathers usage records and writes them in one statement: when `maxRows` are pending, or
- * `delayMs` after the first one. Each `add` settles when its record is committed (a failed
- * batch is retried one record per statement; `add` rejects only if its own record fails). Off the response path: `/chat` writes
- * usage after the stream, so the delay costs no latency, and under load one statement per
- * batch replaces one per request.
- */
-export class UsageBatcher {
-  private pending: { row: UsageRow; resolve: () => void; reject: (err: unknown) => void }[] = [];
-  private timer: NodeJS.Timeout | undefined;
-  private readonly inFlight = new Set<Promise<void>>();
-
-  constructor(
-    private readonly write: (rows: UsageRow[]) => Promise<void>,
-    private readonly opts: { maxRows: number; delayMs: number } = { maxRows: 200, delayMs: 10 },
-  ) {}
-
-  add(row: UsageRow): Promise<void> {
-    return new Promise((resolve, reject) => {
-      this.pending.push({ row, resolve, reject });
-      if (this.pending.length >= this.opts.maxRows) this.flush();
-      else this.timer ??= setTimeout(() => this.flush(), this.opts.delayMs);
-    });
-  }
-
-  private flush(): void {
-    if (this.timer) clearTimeout(this.timer);
-    this.timer = undefined;
-    const batch = this.pending;
-    this.pending = [];
-    if (batch.length === 0) return;
-    // A failed batch (say, one record of a workspace deleted meanwhile) is written again one
-    // record per statement, so a bad record fails alone.
-    const done = this.write(batch.map((b) => b.row))
-      .then(
-        () => {
-          for (const b of batch) b.resolve();
-        },
-        () => Promise.all(batch.map((b) => this.write([b.row]).then(b.resolve, b.reject))).then(() => {}),
-      )
-      .finally(() => this.inFlight.delete(done));
-    this.inFlight.add(done);
-  }
-
-  /** Writes what is pending and waits for every batch in flight. */
-  async close(): Promise<void> {
-    this.flush();
-    await Promise.all([...this.inFlight]);
-  }
-}
-
-/** The estimator's key: replies are learned per model and capability (endpoint). */
-export const estimatorKey = (modelId: string, endpoint: string) => `${modelId} ${endpoint}`;
-
-/**
- * Expected reply lengths per model and capability, learned from recent complete replies: the 90th percentile
- * of the last 50 (the configured default until 3 were seen), capped. It sizes credit holds and
- * `/chat` quota reservations, so a burst admits about as many requests as the money or the
- * quota pays for (too small: admitted replies starve at their top-ups; too large: fewer
- * admitted than could be paid). In memory, per process: a restart relearns from the default.
- */
-export class OutputEstimator {
-  private readonly recent = new Map<string, number[]>();
-  /** The first reply of each key: the requests that come while it is in flight wait for it. */
-  readonly firstReplies: FirstReplyGate;
-
-  constructor(
-    private readonly settings: Pick<
-      MeteringSettings,
-      'defaultOutputTokens' | 'maxHoldOutputTokens' | 'firstReplyWaitMs'
-    >,
-  ) {
-    this.firstReplies = new FirstReplyGate(
-      (key) => (this.recent.get(key)?.length ?? 0) > 0,
-      settings.firstReplyWaitMs ?? 0,
-    );
-  }
-
-  /** Notes the output tokens of a complete reply (`key`: `estimatorKey(model, endpoint)`). */
-  observe(key: string, outputTokens: number): void {
-    if (!Number.isFinite(outputTokens) || outputTokens < 0) return;
-    const list = this.recent.get(key) ?? [];
-    this.recent.set(key, list);
-    list.push(Math.ceil(outputTokens));
-    if (list.length > 50) list.shift();
-  }
-
-  private readonly inputRatios = new Map<string, number[]>();
-
-  /**
-   * Notes how the upstream counted a prompt the service estimated at `estimated` tokens
-   * (~4 characters per token): tokenisers differ by language and by what the upstream
-   * counts (tool definitions, templates), so the hold's input part is corrected by it.
-   */
-  observeInput(key: string, estimated: number, reported: number): void {
-    if (!(estimated > 0) || !(reported > 0)) return;
-    const list = this.inputRatios.get(key) ?? [];
-    this.inputRatios.set(key, list);
-    list.push(reported / estimated);
-    if (list.length > 50) list.shift();
-  }
-
-  /** Reported / estimated input tokens (90th percentile of the last 50; 1 until 3 were seen), within 0.1–10. */
-  inputFactor(key: string): number {
-    const list = this.inputRatios.get(key);
-    if (!list || list.length < 3) return 1;
-    const sorted = [...list].sort((a, b) => a - b);
-    const f = sorted[Math.max(0, Math.ceil(sorted.length * 0.9) - 1)] as number;
-    return Math.min(10, Math.max(0.1, f));
-  }
-
-  /**
-   * Output tokens to hold for one reply: the 90th percentile of the recent replies once 3 were
-   * seen; with 1 or 2 seen, twice the longest of them; with none, the
-   * configured default. At most `maxTokens` and the cap.
-   */
-  expect(key: string, maxTokens?: number): number {
-    const list = this.recent.get(key);
-    let n = this.settings.defaultOutputTokens;
-    if (list && list.length >= 3) {
-      const sorted = [...list].sort((a, b) => a - b);
-      n = sorted[Math.max(0, Math.ceil(sorted.length * 0.9) - 1)] as number;
-    } else if (list && list.length > 0) {
-      n = 2 * Math.max(...list);
-    }
-    n = Math.min(n, this.settings.maxHoldOutputTokens);
-    if (maxTokens !== undefined && Number.isFinite(maxTokens) && maxTokens > 0) n = Math.min(n, maxTokens);
-    return Math.max(1, Math.ceil(n));
-  }
-}
-
-/** Start options of a generation: what sizes its hold. */
-export interface GenerationOptions {
-  /** Lower bound of the hold (e.g. an image's price). */
-  minimumMicros?: number;
-  /** Input tokens about to be sent (estimated): held up front, recorded if no usage comes back. */
-  inputTokens?: number;
-  /**
-   * Input tokens expected (estimated) when they are not to be recorded if no usage comes back
-   * (a provider that bills nothing for a failed call: images): held up front only, corrected
-   * by the learned ratio like `inputTokens`. Ignored when `inputTokens` is given.
-   */
-  expectedInputTokens?: number;
-  /**
-   * Micro-dollars held on top, for a companion call of the same request on another model
-   * whose hold comes later (document QA: the answer's hold, taken first, also covers the
-   * query embedding). Refunded at `finish` like any unused part of the hold.
-   */
-  extraMicros?: number;
-  /**
-   * What a companion hold of the same request already holds for this one (its `extraMicros`):
-   * this hold may take the balance that far below zero, since that money is held already.
-   */
-  prepaidMicros?: number;
-  /** The request's output limit: caps the expected reply the hold is sized for. */
-  maxTokens?: number;
-  /**
-   * Commit the hold without waiting for the WAL flush (`synchronous_commit` off for its
-   * statement), as the one-statement admissions of `/chat` and app chat do. The workspace's
-   * balance row, which every hold and settlement of the workspace locks, is then released at
-   * commit instead of after the flush. A database crash may lose the last such holds: their
-   * turns' settlements then find no hold and charge nothing (an under-charge, never a double
-   * charge).
-   */
-  asyncCommit?: boolean;
-}
-
-/**
- * The settlement of a hold as CTEs (`settle`, and `settlementInStatement` inside a caller's
- * statement): the hold deleted first (`stl_h`; none when the sweep settled it already), then ONE
- * UPDATE of the workspace's balance (`stl_upd`): the refund, or the debit beyond the hold, at
- * most `overdraft` below zero — computed in its SET from the row it updates, so it needs no
- * `SELECT … FOR UPDATE` before it (decision 0031: that pair deadlocked two settlements now
- * and then) and takes the row `FOR NO KEY UPDATE`, which the foreign keys' `FOR KEY SHARE` does
- * not wait for. `last_debit_micros` notes what was taken (minus a refund) for RETURNING, as
- * `debit` does. Then the ledger line. `stl_res` has a row when the hold was there (`delta`:
- * held − cost, `change`: the refund or minus the debit taken); `stl_done` always has one, once
- * the balance was written (a caller's writes select from it to lock after the balance).
- * Parameters: `settleParams`.
- */
-const SETTLE_CTES = `stl_h as (
-         delete from credit_holds where id = ? and workspace_id = ? returning held_micros
-       ), stl_amt as (
-         select h.held_micros - ?::bigint as delta from stl_h h
-       ), stl_upd as (
-         update workspaces w set
-           credit_balance_micros = w.credit_balance_micros + case when a.delta >= 0 then a.delta
-             else -least(-a.delta, greatest(w.credit_balance_micros + x.overdraft, 0)) end,
-           last_debit_micros = case when a.delta >= 0 then -a.delta
-             else least(-a.delta, greatest(w.credit_balance_micros + x.overdraft, 0)) end,
-           updated_at = now()
-           from stl_amt a, (select ?::bigint as overdraft) x
-          where w.id = ? and a.delta <> 0
-         returning w.id, w.credit_balance_micros as after, -w.last_debit_micros as change
-       ), stl_led as (
-         insert into credit_ledger (id, workspace_id, amount_micros, balance_after_micros, kind, reason, ref)
-         select gen_random_uuid(), u.id, u.change, u.after, case when u.change > 0 then 'refund' else 'debit' end,
-                ?, ?
-           from stl_upd u where u.change <> 0
-       ), stl_res as (
-         select a.delta, coalesce((select change from stl_upd), 0) as change from stl_amt a
-       ), stl_done as (
-         select count(*) as n from stl_upd
-       )`;
-
-const settleParams = (
-  workspaceId: string,
-  holdId: string,
-  costMicros: number,
-  overdraftMicros: number,
-  ref: { reason: string; ref?: string | null },
-): unknown[] => [
-  holdId,
-  workspaceId,
-  costMicros,
-  Math.max(0, overdraftMicros),
-  workspaceId,
-  ref.reason,
-  ref.ref ?? null,
-];
-
-/** Whether a settlement's debit was cut at the overdraft (`stl_amt`'s `delta`, `change`). */
-const settledShort = (delta: unknown, change: unknown): boolean => {
-  const d = Number(delta);
-  return d < 0 && -Number(change) < -d;
-};
-
-/**
- * One metered generation. For the `credits` meter it works on a prepaid hold (a
- * `credit_holds` row): `startGeneration` takes the known input cost plus the expected reply
- * (learned per model, capped by `maxTokens`) off the balance in one conditional statement,
- * `check()` tops the hold up chunk by chunk while a reply outgrows it, drawing at most one
- * hold's worth below zero when the balance is spent (so a started reply finishes rather than
- * being thrown away; 402 past that), and `finish()` settles: refunds what was held and not
- * used, or debits the rest, then writes one usage record. A hold whose process died is
- * settled by the run engine's sweep once its lease expires (`PgMetering.settleExpired`).
- */
-export class GenerationMeter implements GenerationMeterContract {
-  inputTokens = 0;
-  outputTokens = 0;
-  images = 0;
-  estimated = false;
-  /** Input tokens sent (estimated, corrected) by a call whose usage has not been reported yet. */
-  private pendingInputTokens = 0;
-  /** The same before the correction (~4 characters per token), to learn the correction. */
-  private pendingRawInput = 0;
-  /** Output characters streamed and not yet covered by a reported usage. */
-  private pendingChars = 0;
-  private lastCheckTokens = 0;
-  private finished = false;
-  private readonly startedAt = Date.now();
-
-  constructor(
-    private readonly metering: PgMetering,
-    readonly input: GenerationInput,
-    /** Micro-dollars taken off the balance so far and not yet settled (credits meter). */
-    private held = 0,
-    /** The `credit_holds` row (credits meter). */
-    readonly holdId: string | null = null,
-    rawInputTokens = 0,
-    /** How far below zero a top-up may take the balance (one hold's worth). */
-    private readonly overdraftMicros = 0,
-    /** Reported / estimated input tokens, as learned for this model and endpoint. */
-    private readonly inputFactor = 1,
-  ) {
-    this.beginCall(rawInputTokens);
-    // Kept alive, its progress marked, while this process runs (`HoldLeases`).
-    if (holdId && input.meter === 'credits') metering.leases.add(holdId, () => this.progress());
-  }
-
-  /** What the generation has used so far (the progress mark a crash is settled from). */
-  progress(): { usedMicros: number; inputTokens: number; outputTokens: number } {
-    return {
-      usedMicros: this.costMicros(),
-      inputTokens: this.currentInputTokens(),
-      outputTokens: this.currentOutputTokens(),
-    };
-  }
-
-  private get key(): string {
-    return estimatorKey(this.input.model.id, this.input.endpoint);
-  }
-
-  /** What this generation holds (taken off the balance, not yet settled), in micro-dollars. */
-  get heldMicros(): number {
-    return this.held;
-  }
-
-  /** Input tokens (estimated, uncorrected) held but not recorded: learns the ratio on the first report. */
-  private expectedRawInput = 0;
-
-  /** Notes input tokens expected (held) but not to be recorded if no usage comes back. */
-  expectInput(rawTokens: number): void {
-    if (Number.isFinite(rawTokens) && rawTokens > 0) this.expectedRawInput = Math.ceil(rawTokens);
-  }
-
-  /** Notes a further model call about to send `inputTokens` (estimated) upstream. */
-  beginCall(inputTokens: number): void {
-    if (!Number.isFinite(inputTokens) || inputTokens <= 0) return;
-    this.pendingRawInput += Math.ceil(inputTokens);
-    this.pendingInputTokens += Math.ceil(inputTokens * this.inputFactor);
-  }
-
-  /** Adds the usage one model call reported (or estimated). */
-  addUsage(usage: LlmUsage): void {
-    const raw = this.pendingRawInput > 0 ? this.pendingRawInput : this.expectedRawInput;
-    if (!usage.estimated && raw > 0) this.metering.estimator.observeInput(this.key, raw, usage.inputTokens);
-    this.pendingRawInput = 0;
-    this.expectedRawInput = 0;
-    this.inputTokens += usage.inputTokens;
-    this.outputTokens += usage.outputTokens;
-    this.pendingChars = 0;
-    this.pendingInputTokens = 0;
-    if (usage.estimated) this.estimated = true;
-  }
-
-  addImages(n = 1): void {
-    this.images += n;
-  }
-
-  /**
-   * Notes streamed output characters (before the call's usage is known). Returns true when a
-   * credit re-check is due: call `check()` then.
-   */
-  addStreamedChars(chars: number): boolean {
-    this.pendingChars += chars;
-    const tokens = this.currentOutputTokens();
-    return (
-      tokens - this.lastCheckTokens >= this.metering.settings.creditCheckEveryTokens ||
-      tokens >= this.checkAtTokens
-    );
-  }
-
-  private currentOutputTokens(): number {
-    return this.outputTokens + estimateTokens(this.pendingChars);
-  }
-
-  /** Input tokens so far: reported, plus the estimate of a call not reported yet. */
-  private currentInputTokens(): number {
-    return this.inputTokens + this.pendingInputTokens;
-  }
-
-  /** Cost so far, in micro-dollars. */
-  costMicros(): number {
-    return this.metering.price(
-      this.input.model,
-      this.currentInputTokens(),
-      this.currentOutputTokens(),
-      this.images,
-    ).costMicros;
-  }
-
-  /**
-   * Mid-stream credit check (credits meter), `holdCheck` (metering/hold-check.ts): the hold
-   * is topped up to the cost so far plus the next chunk when it does not cover that; when the
-   * balance cannot (other requests hold it), the reply goes on within what this hold covers and
-   * the next check comes as it runs out; only a reply that outgrows its hold when even the
-   * overdraft cannot top it up is refused (402).
-   */
-  async check(): Promise<void> {
-    this.lastCheckTokens = this.currentOutputTokens();
-    if (this.input.meter !== 'credits' || this.finished || !this.holdId) return;
-    const holdId = this.holdId;
-    const r = await holdCheck({
-      held: this.held,
-      costMicros: this.costMicros(),
-      chunkMicros: this.metering.chunkMicros(this.input.model),
-      outputTokens: this.currentOutputTokens(),
-      outputPricePerMTok: this.input.model.outputPricePerMTok,
-      topUp: (micros, usedMicros, overdraft) =>
-        this.metering.topUp(this.input.workspaceId, holdId, micros, overdraft ? this.overdraftMicros : 0, {
-          reason: this.input.endpoint,
-          ref: this.input.requestId,
-          usedMicros,
-          inputTokens: this.currentInputTokens(),
-          outputTokens: this.currentOutputTokens(),
-        }),
-    });
-    if (r.refused) throw insufficientCredits(this.input.insufficientVariant);
-    this.held = r.held;
-    this.checkAtTokens = r.checkAtTokens;
-  }
-
-  /** Output tokens at which the next check is due however few streamed since the last (hold running out). */
-  private checkAtTokens = Number.POSITIVE_INFINITY;
-
-  /**
-   * Gives the whole hold back without a usage record: for a generation abandoned before
-   * anything was sent upstream. Idempotent, and a no-op after `finish`.
-   */
-  async release(): Promise<void> {
-    if (this.finished) return;
-    this.finished = true;
-    if (this.input.meter !== 'credits' || !this.holdId) return;
-    this.metering.leases.delete(this.holdId);
-    await this.metering.settle(this.input.workspaceId, this.holdId, 0, 0, {
-      reason: this.input.endpoint,
-      ref: this.input.requestId,
-    });
-    this.held = 0;
-  }
-
-  /**
-   * Settles once (credits meter): refunds the unused part of the hold, or debits what the cost
-   * exceeds it by (at most one hold's worth below zero; beyond that reported `short`), then
-   * writes the usage record, whose input tokens are the reported ones or, for a call that
-   * reported none (ended early), the estimate of what was sent. Idempotent. A hold already
-   * settled by the sweep (this process lost its lease) is neither settled nor recorded again.
-   */
-  async finish(
-    providerStatus: UsageRecordInput['providerStatus'],
-  ): Promise<{ costMicros: number; short: boolean }> {
-    if (this.finished) return { costMicros: 0, short: false };
-    this.finished = true;
-    if (this.pendingInputTokens > 0) this.estimated = true;
-    const inputTokens = this.currentInputTokens();
-    const outputTokens = this.currentOutputTokens();
-    const { costMicros, lines } = this.metering.price(
-      this.input.model,
-      inputTokens,
-      outputTokens,
-      this.images,
-    );
-    let short = false;
-    if (this.input.meter === 'credits' && this.holdId) {
-      this.metering.leases.delete(this.holdId);
-      const settled = await this.metering.settle(
-        this.input.workspaceId,
-        this.holdId,
-        costMicros,
-        this.overdraftMicros,
-        {
-          reason: this.input.endpoint,
-          ref: this.input.requestId,
-        },
-      );
-      this.held = 0;
-      if (!settled) return { costMicros, short: false };
-      short = settled.short;
-    }
-    // Image models learn their output tokens too (gpt-image reports them; others report 0).
-    if (providerStatus === 'success') this.metering.estimator.observe(this.key, outputTokens);
-    const { insufficientVariant: _m, model, ...rest } = this.input;
-    await this.metering.record({
-      ...rest,
-      model: model.id,
-      inputTokens,
-      outputTokens,
-      costMicros,
-      providerStatus,
-      latencyMs: Date.now() - this.startedAt,
-      componentLines: lines,
-    });
-    return { costMicros, short };
-  }
-
-  /**
-   * `finish` as CTEs of the caller's statement (`StatementSettlement`): the settlement of
-   * `settle` and the usage record with its key's totals (what `writeUsage` does for a credits
-   * record; no cycle tokens), written only when the hold is still there. The meter counts as
-   * finished from here; `failed()` undoes that.
-   */
-  settlementInStatement(providerStatus: UsageRecordInput['providerStatus']): StatementSettlement | undefined {
-    if (this.finished || this.input.meter !== 'credits' || !this.holdId) return undefined;
-    const holdId = this.holdId;
-    this.finished = true;
-    this.metering.leases.delete(holdId);
-    const estimated = this.estimated;
-    if (this.pendingInputTokens > 0) this.estimated = true;
-    const inputTokens = this.currentInputTokens();
-    const outputTokens = this.currentOutputTokens();
-    const { costMicros, lines } = this.metering.price(
-      this.input.model,
-      inputTokens,
-      outputTokens,
-      this.images,
-    );
-    const i = this.input;
-    const ws = i.workspaceId;
-    const key = i.apiKeyId ?? null;
-    const latencyMs = Math.max(0, Math.round(Date.now() - this.startedAt));
-    countCreditsDebited(costMicros);
-    return {
-      ctes: `${SETTLE_CTES}, stl_key as (
-         -- A key deleted meanwhile: the record keeps no key (as its foreign key's set null does).
-         update api_keys k set request_count = k.request_count + 1, input_tokens = k.input_tokens + ?::bigint,
-                output_tokens = k.output_tokens + ?::bigint, cost_micros = k.cost_micros + ?::bigint
-          where k.id = ?::uuid and k.workspace_id = ?::uuid and exists (select 1 from stl_amt)
-         returning k.id
-       ), stl_rec as (
-         insert into usage_records (id, workspace_id, api_key_id, app_id, thread_id, session_id, run_id,
-           request_id, endpoint, model, meter, input_tokens, output_tokens, cost_micros, provider_status,
-           latency_ms, component_lines)
-         select gen_random_uuid(), ?::uuid, (select id from stl_key), ?, ?, ?, ?, ?, ?, ?, 'credits',
-                ?::bigint, ?::bigint, ?::bigint, ?, ?::int, ?::jsonb
-           from stl_amt
-       )`,
-      params: [
-        ...settleParams(ws, holdId, costMicros, this.overdraftMicros, {
-          reason: i.endpoint,
-          ref: i.requestId,
-        }),
-        inputTokens,
-        outputTokens,
-        costMicros,
-        key,
-        ws,
-        ws,
-        i.appId ?? null,
-        i.threadId ?? null,
-        i.sessionId ?? null,
-        i.runId ?? null,
-        i.requestId,
-        i.endpoint,
-        i.model.id,
-        inputTokens,
-        outputTokens,
-        costMicros,
-        providerStatus,
-        latencyMs,
-        JSON.stringify(lines),
-      ],
-      columns: '(select delta from stl_res) as stl_delta, (select change from stl_res) as stl_change',
-      committed: (row) => {
-        this.held = 0;
-        if (row.stl_delta === null || row.stl_delta === undefined) return { costMicros, short: false };
-        // Image models learn their output tokens too (as in `finish`).
-        if (providerStatus === 'success') this.metering.estimator.observe(this.key, outputTokens);
-        return { costMicros, short: settledShort(row.stl_delta, row.stl_change) };
-      },
-      failed: () => {
-        this.finished = false;
-        this.estimated = estimated;
-        this.metering.leases.add(holdId, () => this.progress());
-      },
-    };
-  }
-}
+import * as usage from './usage.js';
+import { UsageBatcher, type UsageRow, usageRow } from './usage.js';
 
 /**
  * The metering service on PostgreSQL (server or embedded): every balance change and counter
@@ -880,31 +69,8 @@ export class PgMetering implements Metering {
 
   // ---- token quota (/chat) -------------------------------------------------------------
 
-  async tokenQuotaStatus(workspaceId: string, now = new Date()): Promise<TokenQuotaStatus> {
-    const rows = await this.db().execute<
-      {
-        quota: string | null;
-        anchor: Date | string;
-        tokens: string | null;
-        cycle_start: Date | string | null;
-      }[]
-    >(
-      `select w.monthly_token_quota as quota, w.billing_cycle_anchor as anchor, u.tokens, u.cycle_start
-         from workspaces w
-         ${LATEST_CYCLE_USAGE('w.id')}
-        where w.id = ?`,
-      [workspaceId],
-    );
-    const row = rows[0];
-    if (!row) throw appError('WORKSPACE_NOT_FOUND');
-    const anchor = new Date(row.anchor);
-    const start = cycleStart(anchor, now);
-    return {
-      quota: row.quota === null ? null : Number(row.quota),
-      used: tokensUsedInCycle(start, row),
-      cycleStart: start,
-      resetsAt: nextCycleStart(anchor, now),
-    };
+  tokenQuotaStatus(workspaceId: string, now = new Date()): Promise<quota.TokenQuotaStatus> {
+    return quota.tokenQuotaStatus(this.db, workspaceId, now);
   }
 
   async assertTokenQuota(workspaceId: string): Promise<void> {
@@ -914,262 +80,80 @@ export class PgMetering implements Metering {
 
   // ---- credits -----------------------------------------------------------------------------
 
-  async balanceMicros(workspaceId: string): Promise<number> {
-    const rows = await this.db().execute<{ b: string }[]>(
-      'select credit_balance_micros as b from workspaces where id = ?',
-      [workspaceId],
-    );
-    if (!rows[0]) throw appError('WORKSPACE_NOT_FOUND');
-    return Number(rows[0].b);
+  balanceMicros(workspaceId: string): Promise<number> {
+    return credits.balanceMicros(this.db, workspaceId);
   }
 
-  async assertCredits(workspaceId: string, atLeastMicros?: number, variant?: 'appsChat'): Promise<void> {
-    const balance = await this.balanceMicros(workspaceId);
-    const need = atLeastMicros ?? 1;
-    if (balance <= 0 || balance < need) throw insufficientCredits(variant);
+  assertCredits(workspaceId: string, atLeastMicros?: number, variant?: 'appsChat'): Promise<void> {
+    return credits.assertCredits(this.db, workspaceId, atLeastMicros, variant);
   }
 
-  async debit(
+  debit(
     workspaceId: string,
     micros: number,
     ref: { reason: string; ref?: string },
   ): Promise<{ balanceMicros: number; short: boolean }> {
-    if (!Number.isSafeInteger(micros) || micros < 0) throw new Error(`Invalid debit amount ${micros}`);
-    // One statement: the UPDATE clamps the debit to what is left (SET expressions all read the
-    // row as it was, so `last_debit_micros` is what was taken), and the ledger line is written
-    // from its RETURNING. Concurrent debits serialise on the row lock; none can be lost.
-    const rows = await this.db().execute<{ after: string; took: string }[]>(
-      `with upd as (
-         update workspaces set
-           credit_balance_micros = credit_balance_micros - least(?::bigint, greatest(credit_balance_micros, 0)),
-           last_debit_micros = least(?::bigint, greatest(credit_balance_micros, 0)),
-           updated_at = now()
-         where id = ?
-         returning id, credit_balance_micros as after, last_debit_micros as took
-       ), led as (
-         insert into credit_ledger (id, workspace_id, amount_micros, balance_after_micros, kind, reason, ref)
-         select gen_random_uuid(), upd.id, -upd.took, upd.after, 'debit', ?, ? from upd
-       )
-       select after, took from upd`,
-      [micros, micros, workspaceId, ref.reason, ref.ref ?? null],
-    );
-    const row = rows[0];
-    if (!row) throw appError('WORKSPACE_NOT_FOUND');
-    return { balanceMicros: Number(row.after), short: Number(row.took) < micros };
+    return credits.debit(this.db, workspaceId, micros, ref);
   }
 
-  /**
-   * Takes `micros` off the balance only if the balance covers it, and records the hold as a
-   * `credit_holds` row: ONE conditional statement (UPDATE … WHERE credit_balance_micros >=
-   * $hold, its ledger line `debit`, the hold row). Concurrent holds serialise on the
-   * workspace row and each re-reads the balance the previous one left, so the holds granted
-   * never sum above the balance. False when it does not cover it; 404 when the workspace does
-   * not exist.
-   */
-  async hold(
+  /** Takes a hold off the balance if it covers it (`credits.ts` `hold`). */
+  hold(
     workspaceId: string,
     micros: number,
     ref: { reason: string; ref?: string },
-    row?: { id: string; usedMicros: number; inputTokens: number; record: Record<string, unknown> },
-    /** How far below zero this hold may take the balance (what a companion hold prepaid for it). */
+    row?: credits.HoldRow,
     prepaidMicros = 0,
-    /** Commit without waiting for the WAL flush (see `GenerationOptions.asyncCommit`). */
     asyncCommit = false,
   ): Promise<boolean> {
-    if (!Number.isSafeInteger(micros) || micros <= 0) throw new Error(`Invalid hold amount ${micros}`);
-    const rows = await this.db().execute<{ after: string }[]>(
-      `with async_commit as (select set_config('synchronous_commit', ?, true) as v), upd as (
-         update workspaces set credit_balance_micros = credit_balance_micros - ?::bigint, updated_at = now()
-         where id = ? and credit_balance_micros + ?::bigint >= ?::bigint
-         returning id, credit_balance_micros as after
-       ), led as (
-         insert into credit_ledger (id, workspace_id, amount_micros, balance_after_micros, kind, reason, ref)
-         select gen_random_uuid(), upd.id, -?::bigint, upd.after, 'debit', ?, ? from upd
-       ), h as (
-         insert into credit_holds (id, workspace_id, reason, ref, held_micros, used_micros, input_tokens,
-                                   record, expires_at)
-         select ?::uuid, upd.id, ?, ?, ?::bigint, ?::bigint, ?::bigint, ?::jsonb,
-                now() + (?::text || ' milliseconds')::interval
-           from upd where ?::boolean
-       )
-       select after from upd cross join async_commit`,
-      [
-        asyncCommit ? 'off' : 'on',
-        micros,
-        workspaceId,
-        Math.max(0, Math.floor(prepaidMicros)),
-        micros,
-        micros,
-        ref.reason,
-        ref.ref ?? null,
-        row?.id ?? '00000000-0000-0000-0000-000000000000',
-        ref.reason,
-        ref.ref ?? null,
-        micros,
-        row?.usedMicros ?? 0,
-        row?.inputTokens ?? 0,
-        JSON.stringify(row?.record ?? {}),
-        this.settings.holdLeaseMs,
-        !!row,
-      ],
+    return credits.hold(
+      this.db,
+      this.settings.holdLeaseMs,
+      workspaceId,
+      micros,
+      ref,
+      row,
+      prepaidMicros,
+      asyncCommit,
     );
-    if (rows[0]) return true;
-    await this.balanceMicros(workspaceId); // 404 when the workspace does not exist
-    return false;
   }
 
-  /**
-   * Tops hold `holdId` up by `micros` in one statement (ledger line `debit`; the hold row
-   * notes what was used so far, for a settlement after a crash). The balance may go below
-   * zero by at most `overdraftMicros`. False when it cannot.
-   */
-  async topUp(
+  /** Tops a hold up (`credits.ts` `topUp`). */
+  topUp(
     workspaceId: string,
     holdId: string,
     micros: number,
     overdraftMicros: number,
     ref: { reason: string; ref?: string; usedMicros: number; inputTokens: number; outputTokens: number },
   ): Promise<boolean> {
-    const rows = await this.db().execute<{ after: string }[]>(
-      `with upd as (
-         update workspaces set credit_balance_micros = credit_balance_micros - ?::bigint, updated_at = now()
-         where id = ? and credit_balance_micros - ?::bigint >= -?::bigint
-         returning id, credit_balance_micros as after
-       ), led as (
-         insert into credit_ledger (id, workspace_id, amount_micros, balance_after_micros, kind, reason, ref)
-         select gen_random_uuid(), upd.id, -?::bigint, upd.after, 'debit', ?, ? from upd
-       ), h as (
-         update credit_holds set held_micros = held_micros + ?::bigint, used_micros = ?::bigint,
-                input_tokens = ?::bigint, output_tokens = ?::bigint,
-                expires_at = now() + (?::text || ' milliseconds')::interval
-          where id = ? and exists (select 1 from upd)
-       )
-       select after from upd`,
-      [
-        micros,
-        workspaceId,
-        micros,
-        Math.max(0, overdraftMicros),
-        micros,
-        ref.reason,
-        ref.ref ?? null,
-        micros,
-        ref.usedMicros,
-        ref.inputTokens,
-        ref.outputTokens,
-        this.settings.holdLeaseMs,
-        holdId,
-      ],
+    return credits.topUp(
+      this.db,
+      this.settings.holdLeaseMs,
+      workspaceId,
+      holdId,
+      micros,
+      overdraftMicros,
+      ref,
     );
-    return rows.length > 0;
   }
 
-  /**
-   * Settles hold `holdId` against its cost in one statement (`SETTLE_CTES`): the hold row is
-   * deleted, and the difference is refunded (`refund`) or debited (`debit`; at most
-   * `overdraftMicros` below zero, the rest reported `short`). Undefined when the hold is gone
-   * (settled already by the sweep).
-   */
-  async settle(
+  /** Settles a hold against its cost (`settlement.ts` `settle`); undefined when the hold is gone. */
+  settle(
     workspaceId: string,
     holdId: string,
     costMicros: number,
     overdraftMicros: number,
     ref: { reason: string; ref?: string },
   ): Promise<{ short: boolean } | undefined> {
-    const rows = await this.db().execute<{ delta: string; change: string | null }[]>(
-      `with ${SETTLE_CTES} select delta, change from stl_res`,
-      settleParams(workspaceId, holdId, costMicros, overdraftMicros, ref),
-    );
-    const row = rows[0];
-    if (!row) return undefined;
-    return { short: settledShort(row.delta, row.change) };
+    return settlement.settle(this.db, workspaceId, holdId, costMicros, overdraftMicros, ref);
   }
 
-  /**
-   * Settles holds whose process died (their lease expired without a heartbeat): refunds what
-   * was held and not used by the last top-up (ledger `refund`, the request's `ref`), and writes
-   * its usage record (`provider_status` `aborted`) with what was used. Also drops `/chat` quota
-   * reservations past their expiry. Called by the run engine's sweep. Returns the holds settled.
-   */
-  async settleExpired(): Promise<number> {
-    const db = this.db();
-    await db.execute(
-      `with d as (
-         delete from token_reservations where expires_at < now() returning workspace_id, cycle_start, tokens
-       ), s as (
-         select workspace_id, cycle_start, sum(tokens) as t from d group by workspace_id, cycle_start
-       )
-       update workspace_token_usage u set reserved = greatest(0, u.reserved - s.t)
-         from s where u.workspace_id = s.workspace_id and u.cycle_start = s.cycle_start`,
-    );
-    const due = await db.execute<{ id: string }[]>(
-      'select id from credit_holds where expires_at < now() order by expires_at limit 100',
-    );
-    let n = 0;
-    for (const d of due) {
-      const rows = await db.execute<
-        {
-          held_micros: string;
-          used_micros: string;
-          input_tokens: string;
-          output_tokens: string;
-          record: ExpiredHoldRecord | string;
-          created_at: Date | string;
-        }[]
-      >(
-        // The hold first, then one UPDATE of the balance (the order and the form of `SETTLE_CTES`).
-        `with h as (
-           delete from credit_holds where id = ? and expires_at < now() returning *
-         ), upd as (
-           update workspaces set credit_balance_micros = credit_balance_micros + (h.held_micros - h.used_micros),
-                  updated_at = now()
-             from h where workspaces.id = h.workspace_id and h.held_micros > h.used_micros
-           returning workspaces.id, credit_balance_micros as after, h.held_micros - h.used_micros as change,
-                     h.reason, h.ref
-         ), led as (
-           insert into credit_ledger (id, workspace_id, amount_micros, balance_after_micros, kind, reason, ref)
-           select gen_random_uuid(), upd.id, upd.change, upd.after, 'refund', upd.reason, upd.ref from upd
-         )
-         select held_micros, used_micros, input_tokens, output_tokens, record, created_at from h`,
-        [d.id],
-      );
-      const h = rows[0];
-      if (!h) continue;
-      n++;
-      const rec = (typeof h.record === 'string' ? JSON.parse(h.record) : h.record) as ExpiredHoldRecord;
-      const model = {
-        id: rec.model,
-        inputPricePerMTok: rec.inputPricePerMTok,
-        outputPricePerMTok: rec.outputPricePerMTok,
-        pricePerImage: rec.pricePerImage ?? null,
-      } as ModelInfo;
-      const { lines } = this.price(model, Number(h.input_tokens), Number(h.output_tokens));
-      await this.writeUsage([
-        {
-          ...usageRow(
-            {
-              ...rec.usage,
-              model: rec.model,
-              inputTokens: Number(h.input_tokens),
-              outputTokens: Number(h.output_tokens),
-              // What the hold paid for: the last progress mark, at most the hold.
-              costMicros: Math.min(Number(h.used_micros), Number(h.held_micros)),
-              providerStatus: 'aborted',
-              latencyMs: Date.now() - new Date(h.created_at).getTime(),
-              componentLines: lines,
-            },
-            null,
-          ),
-        },
-      ]);
-    }
-    return n;
+  settleExpired(): Promise<number> {
+    return settlement.settleExpired(this.db);
   }
 
   /** Price of one chunk of output (`creditCheckEveryTokens` tokens), at least 1 µ$. */
   chunkMicros(model: ModelInfo): number {
-    return Math.max(1, lineCost(this.settings.creditCheckEveryTokens, model.outputPricePerMTok));
+    return pricing.chunkMicros(this.settings, model);
   }
 
   price(
@@ -1178,29 +162,7 @@ export class PgMetering implements Metering {
     outputTokens: number,
     images = 0,
   ): { costMicros: number; lines: UsageComponentLine[] } {
-    // USD per million tokens = micro-dollars per token.
-    const lines: UsageComponentLine[] = [];
-    if (inputTokens > 0 || images === 0) {
-      lines.push({
-        component: 'input_tokens',
-        quantity: inputTokens,
-        unitPriceMicros: model.inputPricePerMTok,
-        costMicros: lineCost(inputTokens, model.inputPricePerMTok),
-      });
-    }
-    if (outputTokens > 0 || images === 0) {
-      lines.push({
-        component: 'output_tokens',
-        quantity: outputTokens,
-        unitPriceMicros: model.outputPricePerMTok,
-        costMicros: lineCost(outputTokens, model.outputPricePerMTok),
-      });
-    }
-    if (images > 0) {
-      const unit = Math.round((model.pricePerImage ?? 0) * 1_000_000);
-      lines.push({ component: 'image', quantity: images, unitPriceMicros: unit, costMicros: images * unit });
-    }
-    return { costMicros: lines.reduce((s, l) => s + l.costMicros, 0), lines };
+    return pricing.price(model, inputTokens, outputTokens, images);
   }
 
   // ---- usage records -----------------------------------------------------------------------
@@ -1221,355 +183,54 @@ export class PgMetering implements Metering {
     await this.writeUsage([row]);
   }
 
-  /**
-   * One statement for any number of records: the records, the keys' totals and the
-   * workspaces' cycle tokens, aggregated per key and per workspace and cycle.
-   */
-  async writeUsage(rows: UsageRow[]): Promise<void> {
-    await this.db().execute(
-      `with input as (
-         select * from jsonb_to_recordset(?::jsonb) as x(
-           workspace_id uuid, api_key_id uuid, app_id text, thread_id text, session_id text, run_id text,
-           request_id text, endpoint text, model text, meter text, input_tokens bigint, output_tokens bigint,
-           cost_micros bigint, provider_status text, latency_ms integer, component_lines jsonb,
-           cycle_start timestamptz, reservation_id uuid)
-       ), rec as (
-         insert into usage_records (id, workspace_id, api_key_id, app_id, thread_id, session_id, run_id,
-           request_id, endpoint, model, meter, input_tokens, output_tokens, cost_micros, provider_status,
-           latency_ms, component_lines)
-         select gen_random_uuid(), workspace_id, api_key_id, app_id, thread_id, session_id, run_id,
-           request_id, endpoint, model, meter, input_tokens, output_tokens, cost_micros, provider_status,
-           latency_ms, component_lines
-           from input
-       ), key as (
-         update api_keys k set request_count = k.request_count + a.n, input_tokens = k.input_tokens + a.i,
-           output_tokens = k.output_tokens + a.o, cost_micros = k.cost_micros + a.c
-           from (select api_key_id, workspace_id, count(*) as n, sum(input_tokens) as i,
-                        sum(output_tokens) as o, sum(cost_micros) as c
-                   from input where api_key_id is not null group by api_key_id, workspace_id) a
-          where k.id = a.api_key_id and k.workspace_id = a.workspace_id
-       ), rel as (
-         -- Releases the quota reservations (only those still there: an expired one was dropped).
-         delete from token_reservations
-          where id in (select reservation_id from input where reservation_id is not null)
-         returning workspace_id, cycle_start, tokens
-       ), agg as (
-         select workspace_id, cycle_start, sum(t) as t, sum(r) as r from (
-           select workspace_id, cycle_start, input_tokens + output_tokens as t, 0::bigint as r
-             from input where cycle_start is not null
-           union all
-           select workspace_id, cycle_start, 0::bigint, tokens from rel
-         ) x group by workspace_id, cycle_start
-       )
-       -- In key order, so concurrent batches lock the cycle rows in the same order.
-       insert into workspace_token_usage as u (workspace_id, cycle_start, tokens, reserved)
-       select workspace_id, cycle_start, t, 0 from agg order by workspace_id, cycle_start
-       on conflict (workspace_id, cycle_start)
-       do update set tokens = u.tokens + excluded.tokens,
-         reserved = greatest(0, u.reserved - (select r from agg
-                                               where agg.workspace_id = excluded.workspace_id
-                                                 and agg.cycle_start = excluded.cycle_start)),
-         updated_at = now()`,
-      [JSON.stringify(rows)],
-    );
+  /** Writes usage records in one statement (`usage.ts` `writeUsage`). */
+  writeUsage(rows: UsageRow[]): Promise<void> {
+    return usage.writeUsage(this.db, rows);
   }
 
   // ---- rate limits -------------------------------------------------------------------------
 
-  async rateLimit(workspaceId: string, bucket: RateLimitBucket): Promise<Record<string, string>> {
-    const rule = this.settings.rateLimits[bucket];
-    if (!rule || rule.limit <= 0) return {};
-    const w = rule.windowSeconds;
-    // One statement per request: a fixed window keyed by workspace and bucket, in the
-    // database's clock, so every process shares the same counter — over the same rows as the
-    // admission statements' (`rateLimitCte`) when the limit spreads it.
-    const rows = shardedRateLimit(true, rule.limit)
-      ? await this.db().execute<{ hits: number; reset_in: string | number }[]>(RATE_LIMIT_SHARDED, [
-          workspaceId,
-          ...rateLimitCteParams(`${bucket}:`, w, true, []),
-        ])
-      : await this.db().execute<{ hits: number; reset_in: string | number }[]>(RATE_LIMIT_UPSERT, [
-          `${bucket}:${workspaceId}`,
-          w,
-          w,
-          w,
-        ]);
-    const row = rows[0] as { hits: number; reset_in: string | number };
-    return rateLimitHeaders(rule, Number(row.hits), Number(row.reset_in), bucket);
+  rateLimit(workspaceId: string, bucket: RateLimitBucket): Promise<Record<string, string>> {
+    return rateLimits.rateLimit(this.db, this.settings.rateLimits, workspaceId, bucket);
   }
 
-  /**
-   * The up-front checks of a token-metered API-key request (`POST /chat`) in ONE statement:
-   * resolves the key (active key of an active workspace; refreshes `last_used_at` at most once
-   * a minute), takes a unit from the workspace's rate-limit bucket when `admit` is set (an
-   * invalid request spends none) and, when the workspace has a token quota and the request is
-   * within its rate limit, reserves `reserveTokens` of it: only while the tokens used in the
-   * cycle plus those reserved by requests in flight are below the quota (a conditional upsert
-   * on the cycle's row, so concurrent admissions serialise and each sees what the previous
-   * reserved), with a reservation row the usage record releases. Undefined when the key does
-   * not resolve (401). Otherwise the caller checks, in this order, its own 400s, then
-   * `limit()` (429) and `quota()` (403), and passes `reservationId` to `record`.
-   */
-  async admitKeyRequest(
+  admitKeyRequest(
     keyHash: string,
     bucket: RateLimitBucket,
     admit: boolean,
     reserveTokens = 1,
   ): Promise<KeyAdmission | undefined> {
-    const rule = this.settings.rateLimits[bucket];
-    const limited = admit && !!rule && rule.limit > 0;
-    const w = rule?.windowSeconds ?? 60;
-    const sharded = shardedRateLimit(limited, rule?.limit ?? 0);
-    const reservationId = randomUUID();
-    const rows = await this.db().execute<
-      {
-        id: string;
-        name: string | null;
-        workspace_id: string;
-        workspace_name: string;
-        quota: string | null;
-        cs: Date | string;
-        hits: number | null;
-        reset_in: string | number | null;
-        reserved: boolean;
-      }[]
-    >(
-      `with async_commit as (select set_config('synchronous_commit', 'off', true) as v), k as (
-         select k.id, k.name, k.workspace_id, w.name as workspace_name,
-                w.monthly_token_quota as quota, ${CYCLE_START_SQL('w.billing_cycle_anchor')} as cs
-           from ${API_KEY_FROM} cross join async_commit
-          where ${ACTIVE_API_KEY_WHERE}
-       ), ${TOUCH_API_KEY_CTE}, ${rateLimitCte('?::boolean', sharded)}, res as (
-         insert into workspace_token_usage as t (workspace_id, cycle_start, tokens, reserved)
-         select k.workspace_id, k.cs, 0, ?::bigint from k
-          where ?::boolean and k.quota is not null and k.quota > 0
-            and (not ?::boolean or (select hits from rl) <= ?::int)
-         on conflict (workspace_id, cycle_start) do update set reserved = t.reserved + excluded.reserved
-          where t.tokens + t.reserved < (select quota from k)
-         returning workspace_id, cycle_start
-       ), resrow as (
-         insert into token_reservations (id, workspace_id, cycle_start, tokens, expires_at)
-         select ?::uuid, workspace_id, cycle_start, ?::bigint, now() + interval '${RESERVATION_TTL_SECONDS} seconds'
-           from res
-       )
-       select k.*, rl.hits, rl.reset_in, exists (select 1 from res) as reserved
-         from k
-         left join rl on true`,
-      [
-        keyHash,
-        ...rateLimitCteParams(`${bucket}:`, w, sharded, [limited]),
-        Math.max(1, Math.ceil(reserveTokens)),
-        admit,
-        limited,
-        rule?.limit ?? 0,
-        reservationId,
-        Math.max(1, Math.ceil(reserveTokens)),
-      ],
+    return admission.admitKeyRequest(
+      this.db,
+      this.settings.rateLimits,
+      keyHash,
+      bucket,
+      admit,
+      reserveTokens,
     );
-    const row = rows[0];
-    if (!row) return undefined;
-    const reserved = row.reserved === true || String(row.reserved) === 't' || String(row.reserved) === 'true';
-    return {
-      principal: apiKeyPrincipal(row),
-      cycleStart: new Date(row.cs),
-      reservationId: reserved ? reservationId : null,
-      limit: () =>
-        limited && rule ? rateLimitHeaders(rule, Number(row.hits), Number(row.reset_in), bucket) : {},
-      quota: () => {
-        if (row.quota !== null && !reserved) throw appError('TOKEN_LIMIT_EXCEEDED');
-      },
-    };
   }
 
-  /**
-   * The `/chat` quota reservation on its own (callers authenticated otherwise than by key,
-   * whose rate limit was taken already): the same conditional upsert as `admitKeyRequest`.
-   * `reservationId` null with a quota set means the quota is spent (403).
-   */
-  async reserveQuota(
+  reserveQuota(
     workspaceId: string,
     reserveTokens: number,
   ): Promise<{ quota: number | null; cycleStart: Date; reservationId: string | null }> {
-    const reservationId = randomUUID();
-    const tokens = Math.max(1, Math.ceil(reserveTokens));
-    const rows = await this.db().execute<{ quota: string | null; cs: Date | string; reserved: boolean }[]>(
-      `with k as (
-         select w.id as workspace_id, w.monthly_token_quota as quota, ${CYCLE_START_SQL('w.billing_cycle_anchor')} as cs
-           from workspaces w where w.id = ?
-       ), res as (
-         insert into workspace_token_usage as t (workspace_id, cycle_start, tokens, reserved)
-         select k.workspace_id, k.cs, 0, ?::bigint from k where k.quota is not null and k.quota > 0
-         on conflict (workspace_id, cycle_start) do update set reserved = t.reserved + excluded.reserved
-          where t.tokens + t.reserved < (select quota from k)
-         returning workspace_id, cycle_start
-       ), resrow as (
-         insert into token_reservations (id, workspace_id, cycle_start, tokens, expires_at)
-         select ?::uuid, workspace_id, cycle_start, ?::bigint, now() + interval '${RESERVATION_TTL_SECONDS} seconds'
-           from res
-       )
-       select k.quota, k.cs, exists (select 1 from res) as reserved from k`,
-      [workspaceId, tokens, reservationId, tokens],
-    );
-    const row = rows[0];
-    if (!row) throw appError('WORKSPACE_NOT_FOUND');
-    const reserved = row.reserved === true || String(row.reserved) === 't' || String(row.reserved) === 'true';
-    return {
-      quota: row.quota === null ? null : Number(row.quota),
-      cycleStart: new Date(row.cs),
-      reservationId: reserved ? reservationId : null,
-    };
+    return admission.reserveQuota(this.db, workspaceId, reserveTokens);
   }
 
   // ---- generations ---------------------------------------------------------------------------
 
-  /**
-   * The hold `startGeneration` would take for a call of `model` on `endpoint` sending
-   * `inputTokens` (estimated) and expecting the learned reply: to size a companion hold's
-   * `extraMicros` / `prepaidMicros`.
-   */
   expectedHoldMicros(model: ModelInfo, endpoint: string, inputTokens: number): number {
-    const key = estimatorKey(model.id, endpoint);
-    const raw = Number.isFinite(inputTokens) && inputTokens > 0 ? Math.ceil(inputTokens) : 0;
-    const input = lineCost(Math.ceil(raw * this.estimator.inputFactor(key)), model.inputPricePerMTok);
-    const output = lineCost(this.estimator.expect(key), model.outputPricePerMTok);
-    return Math.max(1, input + output);
+    return generation.expectedHoldMicros(this, model, endpoint, inputTokens);
   }
 
-  /**
-   * Starts a metered generation. Credits meter: takes the hold (the known input cost, from
-   * `inputTokens`, plus the expected reply: learned per model, capped by `maxTokens`; at least
-   * `minimumMicros` and 1 µ$) in one conditional statement, 402 with the caller's message
-   * when the balance cannot cover it (nothing is held then). Tokens meter: 403 when the quota
-   * is spent. Then a `GenerationMeter` to feed and finish (always `finish` in `finally`; a
-   * hold its process never finished is settled by the run engine's sweep).
-   */
-  async startGeneration(input: GenerationInput, opts: GenerationOptions = {}): Promise<GenerationMeter> {
-    const known = (n: number | undefined) =>
-      n !== undefined && Number.isFinite(n) && n > 0 ? Math.ceil(n) : 0;
-    const key = estimatorKey(input.model.id, input.endpoint);
-    const rawInput = known(opts.inputTokens);
-    const factor = this.estimator.inputFactor(key);
-    if (input.meter !== 'credits') {
-      await this.assertTokenQuota(input.workspaceId);
-      return new GenerationMeter(this, input, 0, null, rawInput, 0, factor);
-    }
-    const inputTokens = Math.ceil(rawInput * factor);
-    const inputCost = lineCost(inputTokens, input.model.inputPricePerMTok);
-    // Input held but not recorded on failure (images): the recorded part above counts as used.
-    const expectedRaw = rawInput > 0 ? 0 : known(opts.expectedInputTokens);
-    const expectedInputCost = lineCost(Math.ceil(expectedRaw * factor), input.model.inputPricePerMTok);
-    const expectedOutput = this.estimator.expect(key, opts.maxTokens);
-    const outputCost = lineCost(expectedOutput, input.model.outputPricePerMTok);
-    // An image model bills its image price on top of its tokens (gpt-image: both).
-    const imageMicros =
-      input.model.kind === 'image' ? Math.round((input.model.pricePerImage ?? 0) * 1_000_000) : 0;
-    const held =
-      Math.max(1, known(opts.minimumMicros), imageMicros + inputCost + expectedInputCost + outputCost) +
-      known(opts.extraMicros);
-    const id = randomUUID();
-    const { insufficientVariant: _m, model, ...usage } = input;
-    const record: ExpiredHoldRecord = {
-      usage: { ...usage, cycleStart: undefined },
-      model: model.id,
-      inputPricePerMTok: model.inputPricePerMTok,
-      outputPricePerMTok: model.outputPricePerMTok,
-      pricePerImage: model.pricePerImage ?? null,
-    };
-    const ok = await this.hold(
-      input.workspaceId,
-      held,
-      { reason: input.endpoint, ref: input.requestId },
-      {
-        id,
-        usedMicros: Math.min(held, inputCost),
-        inputTokens,
-        record: record as unknown as Record<string, unknown>,
-      },
-      known(opts.prepaidMicros),
-      opts.asyncCommit === true,
-    );
-    if (!ok) throw insufficientCredits(input.insufficientVariant);
-    const meter = new GenerationMeter(this, input, held, id, rawInput, held, factor);
-    meter.expectInput(expectedRaw);
-    return meter;
+  startGeneration(input: GenerationInput, opts: generation.GenerationOptions = {}): Promise<GenerationMeter> {
+    return generation.startGeneration(this, input, opts);
   }
 
-  /**
-   * `startGeneration`'s credit hold (credits meter, no minimum, companion or image part) as
-   * CTEs of the caller's statement: see `StatementHold`. The amount is computed in SQL from
-   * the same figures and in the same floating-point steps (`float8`, as JavaScript's numbers):
-   * input tokens ⌈⌈chars / 4⌉ × learned ratio⌉ at the model's input price, plus the expected
-   * reply (learned, capped by `maxTokens`) at its output price, at least 1 µ$; taken only if
-   * the balance covers it (`hold`'s condition), with its ledger line and hold row.
-   */
   holdInStatement(
     input: Omit<GenerationInput, 'workspaceId' | 'apiKeyId' | 'sessionId'>,
     opts: { inputChars: number; maxTokens?: number },
   ): StatementHold {
-    const key = estimatorKey(input.model.id, input.endpoint);
-    const factor = this.estimator.inputFactor(key);
-    const outputCost = lineCost(this.estimator.expect(key, opts.maxTokens), input.model.outputPricePerMTok);
-    const imageMicros =
-      input.model.kind === 'image' ? Math.round((input.model.pricePerImage ?? 0) * 1_000_000) : 0;
-    const id = randomUUID();
-    const { insufficientVariant: _m, model, ...usage } = input;
-    const record = {
-      model: model.id,
-      inputPricePerMTok: model.inputPricePerMTok,
-      outputPricePerMTok: model.outputPricePerMTok,
-      pricePerImage: model.pricePerImage ?? null,
-    };
-    const chars = Number.isFinite(opts.inputChars) && opts.inputChars > 0 ? Math.ceil(opts.inputChars) : 0;
-    return {
-      ctes: `hold_amt as (
-         select s.workspace_id, s.usage_patch, c.tokens, c.input_cost, greatest(1, c.input_cost + ?::bigint) as held
-           from hold_src s cross join lateral (
-             select t.tokens, ceil(t.tokens::float8 * ?::float8 - 1e-9::float8)::bigint as input_cost
-               from (select ceil(ceil((?::bigint + s.extra_chars)::float8 / 4) * ?::float8)::bigint as tokens) t
-           ) c
-       ), hold_upd as (
-         update workspaces w set credit_balance_micros = w.credit_balance_micros - x.held, updated_at = now()
-           from hold_amt x
-          where w.id = x.workspace_id and w.credit_balance_micros >= x.held
-         returning w.id, w.credit_balance_micros as after, x.held, x.input_cost, x.tokens, x.usage_patch
-       ), hold_led as (
-         insert into credit_ledger (id, workspace_id, amount_micros, balance_after_micros, kind, reason, ref)
-         select gen_random_uuid(), hold_upd.id, -hold_upd.held, hold_upd.after, 'debit', ?, ? from hold_upd
-       ), hold_row as (
-         insert into credit_holds (id, workspace_id, reason, ref, held_micros, used_micros, input_tokens,
-                                   record, expires_at)
-         select ?::uuid, hold_upd.id, ?, ?, hold_upd.held, least(hold_upd.held, hold_upd.input_cost),
-                hold_upd.tokens, ?::jsonb || jsonb_build_object('usage', ?::jsonb || hold_upd.usage_patch),
-                now() + (?::text || ' milliseconds')::interval
-           from hold_upd
-       )`,
-      params: [
-        imageMicros + outputCost,
-        model.inputPricePerMTok,
-        chars,
-        factor,
-        input.endpoint,
-        input.requestId,
-        id,
-        input.endpoint,
-        input.requestId,
-        JSON.stringify(record),
-        JSON.stringify(usage),
-        this.settings.holdLeaseMs,
-      ],
-      adopt: (full, heldMicros, inputTokens) => {
-        const raw = Number.isFinite(inputTokens) && inputTokens > 0 ? Math.ceil(inputTokens) : 0;
-        return new GenerationMeter(this, full, heldMicros, id, raw, heldMicros, factor);
-      },
-    };
+    return generation.holdInStatement(this, input, opts);
   }
-}
-
-/** What a hold row keeps to write its usage record if its process dies. */
-interface ExpiredHoldRecord {
-  usage: Omit<GenerationInput, 'model' | 'insufficientVariant'>;
-  model: string;
-  inputPricePerMTok: number;
-  outputPricePerMTok: number;
-  pricePerImage: number | null;
 }

@@ -1,7 +1,8 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestWorkspace, startTestServer, type TestServer } from '../test/harness.js';
-import type { GenerationMeter, PgMetering } from './service.js';
+import type { GenerationMeter } from './generation-meter.js';
+import type { PgMetering } from './service.js';
 
 /**
  * The hold and the settlement as parts of a caller's statement (app chat: the hold in its

@@ -1,7 +1,7 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { ACTIVE_API_KEY_WHERE, API_KEY_FROM, TOUCH_API_KEY_CTE } from '../../auth/api-keys.js';
 import type { SqlExecutor } from '../../db/sql.js';
-import { rateLimitCte, rateLimitCteParams, shardedRateLimit } from '../../metering/service.js';
+import { rateLimitCte, rateLimitCteParams, shardedRateLimit } from '../../metering/rate-limit.js';
 import { ms, type Row, toRun } from '../../runs/store.js';
 import type { RunRecord } from '../../runs/types.js';
 import { currentTraceparent } from '../../telemetry/tracing.js';

@@ -1,7 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import { apiKeyPrincipal, type Principal } from '../../auth/principal.js';
 import { appError } from '../../errors/index.js';
-import { insufficientCredits, rateLimitHeaders } from '../../metering/service.js';
+import { insufficientCredits } from '../../metering/credits.js';
+import { rateLimitHeaders } from '../../metering/rate-limit.js';
 import type { Metering } from '../../metering/types.js';
 import type { LlmMessage } from '../../providers/llm.js';
 import {

@@ -5,13 +5,13 @@ import { apiKeyPrincipal, type Principal } from '../../auth/principal.js';
 import { BoundedMap } from '../../bounded-map.js';
 import type { SqlExecutor } from '../../db/sql.js';
 import { AppError, appError } from '../../errors/index.js';
+import { insufficientCredits } from '../../metering/credits.js';
 import {
-  insufficientCredits,
   rateLimitCte,
   rateLimitCteParams,
   rateLimitHeaders,
   shardedRateLimit,
-} from '../../metering/service.js';
+} from '../../metering/rate-limit.js';
 import type { GenerationMeter, Metering, StatementHold } from '../../metering/types.js';
 import type { LlmMessage, LlmProvider, LlmUsage, ModelCatalog, ModelInfo } from '../../providers/llm.js';
 import type { ChatMessageInput, ChatResponse, ChatStreamEvent } from './schema.js';
