@@ -12,7 +12,6 @@ const SRC = 'packages/server/src';
 const ALLOWED = new Set([
   'packages/server/src/metering/service.ts',
   'packages/server/src/domains/rag/service.ts',
-  'packages/server/src/domains/apps/chat.ts',
   'packages/server/src/cli/program.ts',
   'packages/server/src/domains/agents/service.ts',
   'packages/server/src/runs/engine.ts',
