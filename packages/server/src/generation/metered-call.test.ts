@@ -83,7 +83,11 @@ const settleTwice = async (call: MeteredCall) => {
 
 describe('MeteredCall: one metered model call, settled exactly once', () => {
   it('streams the deltas, counts them on the meter, re-checks the hold when due and settles success once', async () => {
-    fake.script({ text: ['Hel', 'lo ', 'world'], paceMs: 5, usage: { prompt_tokens: 7, completion_tokens: 3 } });
+    fake.script({
+      text: ['Hel', 'lo ', 'world'],
+      paceMs: 5,
+      usage: { prompt_tokens: 7, completion_tokens: 3 },
+    });
     const meter = new RecordingMeter(4);
     const call = new MeteredCall(llm, meter);
     const events: { type: string; content: string }[] = [];
@@ -107,7 +111,9 @@ describe('MeteredCall: one metered model call, settled exactly once', () => {
     const meter = new RecordingMeter();
     const call = new MeteredCall(llm, meter);
     const got: string[] = [];
-    const err = await metered(call, () => call.stream(ask(), (t) => void got.push(t))).catch((e: unknown) => e);
+    const err = await metered(call, () => call.stream(ask(), (t) => void got.push(t))).catch(
+      (e: unknown) => e,
+    );
     await settleTwice(call);
     expect(got.join('')).toBe('ab');
     expect(err).toBeInstanceOf(AppError);
@@ -217,7 +223,11 @@ describe('MeteredCall: one metered model call, settled exactly once', () => {
       const a = await call.complete(ask());
       const b = await call.complete({
         model: chat(),
-        messages: [...ask().messages, { role: 'assistant', content: a.text }, { role: 'user', content: 'again' }],
+        messages: [
+          ...ask().messages,
+          { role: 'assistant', content: a.text },
+          { role: 'user', content: 'again' },
+        ],
       });
       return [a.text, b.text];
     });

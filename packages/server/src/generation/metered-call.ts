@@ -111,7 +111,10 @@ export class MeteredCall {
    * Streams a reply to `onText` (awaited when it returns a promise), counting each delta on the
    * meter after it. Resolves when the reply ended; rejects unsettled, as `events`.
    */
-  async stream(req: Omit<ChatRequest, 'signal'>, onText: (text: string) => void | Promise<void>): Promise<void> {
+  async stream(
+    req: Omit<ChatRequest, 'signal'>,
+    onText: (text: string) => void | Promise<void>,
+  ): Promise<void> {
     const meter = this.meter;
     for await (const part of this.llm.stream(this.begin(req))) {
       if (part.type === 'text' && part.text) {

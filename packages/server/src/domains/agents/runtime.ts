@@ -330,12 +330,15 @@ export class TurnExecutor implements RunExecutor {
       exec.emit('message.delta', { runId: run.id, content }),
     );
     const call = new MeteredCall(llm, meter, signal, (err) => err instanceof RunGoneError);
-    const logSettle = (e: unknown) => this.deps.log.error({ err: e, runId: run.id }, 'recording agent usage failed');
+    const logSettle = (e: unknown) =>
+      this.deps.log.error({ err: e, runId: run.id }, 'recording agent usage failed');
     return metered(
       call,
       async (): Promise<ModelReply> => {
         try {
-          await call.stream({ model, messages, tools: tools.length > 0 ? tools : undefined }, (t) => deltas.push(t));
+          await call.stream({ model, messages, tools: tools.length > 0 ? tools : undefined }, (t) =>
+            deltas.push(t),
+          );
           await deltas.flush();
         } catch (err) {
           // The text that came before the failure is shown, as it would have been without the window.

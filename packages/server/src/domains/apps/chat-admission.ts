@@ -80,7 +80,12 @@ function admissionSql(byKey: boolean, subject: boolean, hold: string | undefined
 }
 
 const ADMISSION_SQL = new Map<string, string>();
-export const admission = (byKey: boolean, subject: boolean, hold: StatementHold | undefined, sharded: boolean) => {
+export const admission = (
+  byKey: boolean,
+  subject: boolean,
+  hold: StatementHold | undefined,
+  sharded: boolean,
+) => {
   // The hold's CTEs are one constant text (metering's).
   const key = `${byKey}:${subject}:${!!hold}:${sharded}`;
   let sql = ADMISSION_SQL.get(key);

@@ -1,7 +1,7 @@
 import type { Principal } from '../../auth/principal.js';
 import type { LlmMessage, LlmUsage } from '../../providers/llm.js';
-import type { AppRow } from './service.js';
 import type { ChatMessageInput } from './schema.js';
+import type { AppRow } from './service.js';
 
 export const DEFAULT_SYSTEM_PROMPT = 'You are a helpful assistant.';
 export const DEFAULT_MAX_CONTEXT_MESSAGES = 20;
@@ -43,7 +43,8 @@ export function buildPrompt(
 }
 
 /** Characters of a prompt, as `estimateUsage` counts them. */
-export const promptChars = (messages: LlmMessage[]) => messages.reduce((n, m) => n + (m.content?.length ?? 0), 0);
+export const promptChars = (messages: LlmMessage[]) =>
+  messages.reduce((n, m) => n + (m.content?.length ?? 0), 0);
 
 /** `external_user_id` / `anonymous_visitor_id` for insights' `user_key`; a subject-bound token wins. */
 export function identityMetadata(input: ChatMessageInput, principal: Principal): Record<string, string> {

@@ -19,7 +19,12 @@ import { buildPrompt, estimateUsage, identityMetadata, promptChars } from './cha
 import type { ChatMessageInput, ChatResponse, ChatStreamEvent } from './schema.js';
 import { type AppRow, appControls, appNotFound, isUuid, threadNotFound } from './service.js';
 
-export { buildPrompt, DEFAULT_MAX_CONTEXT_MESSAGES, DEFAULT_SYSTEM_PROMPT, estimateUsage } from './chat-prompt.js';
+export {
+  buildPrompt,
+  DEFAULT_MAX_CONTEXT_MESSAGES,
+  DEFAULT_SYSTEM_PROMPT,
+  estimateUsage,
+} from './chat-prompt.js';
 
 /**
  * What app chat needs beyond the request. Its statements run on the plain pool (`db/sql.ts`)
@@ -47,7 +52,6 @@ export const appChatDeps = (deps: {
   db: deps.db.sql,
   log: deps.log,
 });
-
 
 /** A turn admitted and its credits held, its prompt built; the model is not called yet. */
 export interface PreparedTurn {
@@ -260,7 +264,12 @@ export class AppChatService {
       const started = Date.now();
       try {
         yield* call.events(
-          { model: turn.model, messages: turn.messages, temperature: turn.temperature, maxTokens: turn.maxTokens },
+          {
+            model: turn.model,
+            messages: turn.messages,
+            temperature: turn.temperature,
+            maxTokens: turn.maxTokens,
+          },
           tokenEvent,
         );
       } catch (err) {
@@ -270,7 +279,8 @@ export class AppChatService {
         await call
           .settle(status, (s) => this.fail(turn, s, code, Date.now() - started))
           .catch((e) => this.deps.log.error({ err: e }, 'app chat: could not store the failed turn'));
-        if (status !== 'aborted') this.deps.log.warn({ err, turnId: turn.turnId }, 'app chat: model call failed');
+        if (status !== 'aborted')
+          this.deps.log.warn({ err, turnId: turn.turnId }, 'app chat: model call failed');
         yield { type: 'error', code, message: appErr.message, cause: appErr };
         return;
       }
@@ -369,7 +379,12 @@ export class AppChatService {
 
   private async fail(turn: PreparedTurn, status: GenerationStatus, code: string, latencyMs: number) {
     // Streamed output so far is charged (the upstream produced it); input is unknown.
-    await endTurn(this.deps, this.requestId, turn, [this.userMessage(turn, status, { errorCode: code, latencyMs })], status);
+    await endTurn(
+      this.deps,
+      this.requestId,
+      turn,
+      [this.userMessage(turn, status, { errorCode: code, latencyMs })],
+      status,
+    );
   }
 }
-
