@@ -11,7 +11,6 @@ const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const SRC = 'packages/server/src';
 const ALLOWED = new Set([
   'packages/server/src/metering/service.ts',
-  'packages/server/src/domains/rag/service.ts',
   'packages/server/src/cli/program.ts',
   'packages/server/src/domains/agents/service.ts',
   'packages/server/src/runs/engine.ts',

@@ -26,7 +26,11 @@ const WARMUP = Number(process.env.BENCH_WARMUP ?? 100);
  */
 const WARMUP_C50 = Number(process.env.BENCH_WARMUP_C50 ?? 2000);
 /** BENCH_PROF=<file>: a CPU profile of the server during the /chat run at c=50 (its CPU figure then includes the profiler). */
+// BENCH_OPENAI=0 leaves the OpenAI-compatible surface out (to compare with a build that has none).
+const OPENAI = process.env.BENCH_OPENAI !== '0';
 const PROF = process.env.BENCH_PROF;
+/** BENCH_PROF_PHASE=c1: the profile covers the /chat run at c=1 instead. */
+const PROF_PHASE = process.env.BENCH_PROF_PHASE === 'c1' ? 'c1' : 'c50';
 /**
  * BENCH_PERF=<file>: `perf record` of the server process during the same phase (or, with
  * BENCH_PERF_PHASE=c1, the /chat run at c=1) (real CPU
@@ -242,7 +246,7 @@ async function main() {
     firstToken: FIRST_TOKEN,
   };
   try {
-    for (const t of [direct, viaBare, viaChat, viaOpenAi]) {
+    for (const t of OPENAI ? [direct, viaBare, viaChat, viaOpenAi] : [direct, viaBare, viaChat]) {
       await run(t, WARMUP, 4);
       await run(t, WARMUP_C50, 50);
     }
@@ -258,26 +262,30 @@ async function main() {
     const d1 = await run(direct, N1, 1);
     const stopPerf1 =
       PERF && PERF_PHASE === 'c1' ? await perfRecord(server.child.pid as number, PERF) : undefined;
+    if (PROF && PROF_PHASE === 'c1') await ask(server.child, { type: 'prof-start' }, 'prof-started');
     const s0 = await stats(server.child);
     const c1 = await run(viaChat, N1, 1);
     const s1 = await stats(server.child);
+    if (PROF && PROF_PHASE === 'c1')
+      await ask(server.child, { type: 'prof-stop', file: PROF }, 'prof-stopped');
     await stopPerf1?.();
     const d50 = await run(direct, N50, 50);
     const s2 = await stats(server.child);
-    if (PROF) await ask(server.child, { type: 'prof-start' }, 'prof-started');
+    if (PROF && PROF_PHASE === 'c50') await ask(server.child, { type: 'prof-start' }, 'prof-started');
     const stopPerf =
       PERF && PERF_PHASE === 'c50' ? await perfRecord(server.child.pid as number, PERF) : undefined;
     const s2b = stopPerf ? await stats(server.child) : s2;
     const c50 = await run(viaChat, N50, 50);
     const s3 = await stats(server.child);
     await stopPerf?.();
-    if (PROF) await ask(server.child, { type: 'prof-stop', file: PROF }, 'prof-stopped');
+    if (PROF && PROF_PHASE === 'c50')
+      await ask(server.child, { type: 'prof-stop', file: PROF }, 'prof-stopped');
 
     // The OpenAI-compatible surface right after, on the same warmed server.
     const o0 = await stats(server.child);
-    const oc1 = await run(viaOpenAi, N1, 1);
+    const oc1 = OPENAI ? await run(viaOpenAi, N1, 1) : c1;
     const o1 = await stats(server.child);
-    const oc50 = await run(viaOpenAi, N50, 50);
+    const oc50 = OPENAI ? await run(viaOpenAi, N50, 50) : c50;
     const o2 = await stats(server.child);
     const ocpu1 = (o1.cpuMicros - o0.cpuMicros) / 1000 / N1;
     const ocpu50 = (o2.cpuMicros - o1.cpuMicros) / 1000 / N50;
@@ -327,8 +335,10 @@ async function main() {
     console.log(line(`direct, c=50 (${N50})`, d50));
     console.log(line(`bare node:http proxy, c=50`, p50));
     console.log(line(`/chat, c=50 (${N50})`, c50));
-    console.log(line(`/openai/chat/completions, c=1`, oc1));
-    console.log(line(`/openai/chat/completions, c=50`, oc50));
+    if (OPENAI) {
+      console.log(line(`/openai/chat/completions, c=1`, oc1));
+      console.log(line(`/openai/chat/completions, c=50`, oc50));
+    }
     console.log(
       `\nadded TTFB at c=1: p50 ${fmt(result.concurrency1.addedTtfbP50Ms)} ms (target ≤ 3), p99 ${fmt(result.concurrency1.addedTtfbP99Ms)} ms (target ≤ 10)`,
     );

@@ -4,6 +4,8 @@
  * production build (`packages/server/dist`, what `pnpm start` runs; the bench script builds it
  * first), or the TypeScript sources with BENCH_FROM_SOURCE=1.
  */
+import fs from 'node:fs';
+import { Session } from 'node:inspector/promises';
 import type * as ServerModule from '@ai-suite/server';
 
 // BENCH_SERVER_DIST: another build's dist directory, to compare two versions in one sitting.
@@ -18,8 +20,22 @@ const { createServer }: typeof ServerModule = await import(
 const server = await createServer({ env: process.env });
 const { url } = await server.listen(0, '127.0.0.1');
 process.send?.({ type: 'ready', url });
-process.on('message', (msg: { type: string }) => {
-  if (msg.type === 'stats') {
+// BENCH_PROF (main.ts): a V8 CPU profile of this process between prof-start and prof-stop.
+let profiler: Session | undefined;
+process.on('message', async (msg: { type: string; file?: string }) => {
+  if (msg.type === 'prof-start') {
+    profiler = new Session();
+    profiler.connect();
+    await profiler.post('Profiler.enable');
+    await profiler.post('Profiler.start');
+    process.send?.({ type: 'prof-started' });
+  } else if (msg.type === 'prof-stop' && profiler && msg.file) {
+    const { profile } = await profiler.post('Profiler.stop');
+    fs.writeFileSync(msg.file, JSON.stringify(profile));
+    profiler.disconnect();
+    profiler = undefined;
+    process.send?.({ type: 'prof-stopped' });
+  } else if (msg.type === 'stats') {
     const cpu = process.cpuUsage();
     process.send?.({
       type: 'stats',

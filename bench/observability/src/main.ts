@@ -9,6 +9,12 @@
  * agent turns (`POST /managed-agents/sessions/{id}/messages`, read to the end of the stream) at
  * BENCH_TURN_C. The figure is the server's CPU time per request (`process.cpuUsage()` of the
  * server process over its segments, all threads), and its ratio to "off" per round.
+ *
+ * BENCH_BEFORE_DIST: the dist directory of a build of the commit before telemetry landed, run
+ * with the environment of "off" as a fourth server ("before"), so one run compares off with it.
+ * BENCH_CONFIGS: a comma-separated list of configuration name prefixes to run besides "off"
+ * (`tracing`). BENCH_CPU_PROF: a directory where each server writes V8 CPU profiles on exit (a directory
+ * per configuration, a profile per thread).
  */
 import { type ChildProcess, fork } from 'node:child_process';
 import fs from 'node:fs';
@@ -23,10 +29,20 @@ const CHAT_C = Number(process.env.BENCH_CHAT_C ?? 8);
 const TURN_N = Number(process.env.BENCH_TURNS ?? 80);
 const TURN_C = Number(process.env.BENCH_TURN_C ?? 4);
 
-function start(script: string, env: Record<string, string>): Promise<{ child: ChildProcess; url: string }> {
+const BEFORE_DIST = process.env.BENCH_BEFORE_DIST;
+const ONLY = process.env.BENCH_CONFIGS?.split(',').map((s) => s.trim());
+const CPU_PROF = process.env.BENCH_CPU_PROF;
+
+function start(
+  script: string,
+  env: Record<string, string>,
+  profileName?: string,
+): Promise<{ child: ChildProcess; url: string }> {
+  const prof =
+    CPU_PROF && profileName ? ['--cpu-prof', `--cpu-prof-dir=${path.resolve(CPU_PROF, profileName)}`] : [];
   const child = fork(path.join(here, script), [], {
     env: { ...process.env, ...env },
-    execArgv: ['--import', 'tsx'],
+    execArgv: ['--import', 'tsx', ...prof],
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
   });
   return new Promise((resolve, reject) => {
@@ -159,13 +175,25 @@ async function main() {
       },
     ],
   ];
+  // The build of the commit before telemetry landed, with the same environment as off.
+  if (BEFORE_DIST) configs.push(['before', { BENCH_SERVER_DIST: path.resolve(BEFORE_DIST) }]);
+  if (ONLY)
+    configs.splice(
+      0,
+      configs.length,
+      ...configs.filter(([name]) => name === 'off' || ONLY.some((o) => name.startsWith(o))),
+    );
   const servers: Server[] = [];
   const dirs: string[] = [];
   try {
     for (const [name, env] of configs) {
       const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'bench-observe-'));
       dirs.push(dir);
-      const { child, url } = await start('server.ts', { ...common, ...env, DATA_DIR: dir });
+      const { child, url } = await start(
+        'server.ts',
+        { ...common, ...env, DATA_DIR: dir },
+        name.replace(/[^a-z]+/g, '-').replace(/-$/, ''),
+      );
       const s: Server = { name, child, url, key: apiKey, sessions: [] };
       await prepare(s);
       servers.push(s);

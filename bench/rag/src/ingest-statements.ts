@@ -27,7 +27,8 @@ import { createServer } from '@ai-suite/server';
 import { createServerDatabase, createTestWorkspace, type TestServer } from '@ai-suite/server/test-harness';
 import { type Chunk, Chunker } from '../../../packages/server/src/domains/rag/chunk.js';
 import { extractSegments } from '../../../packages/server/src/domains/rag/extract.js';
-import { EMBED_BATCH, RagService } from '../../../packages/server/src/domains/rag/service.js';
+import { EMBED_BATCH } from '../../../packages/server/src/domains/rag/ingest.js';
+import { RagService } from '../../../packages/server/src/domains/rag/service.js';
 import { CSV_HEADER, csvRow, prng, word } from './generate.js';
 
 const env = process.env;

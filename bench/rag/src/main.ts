@@ -61,10 +61,10 @@ import {
   fuse,
   HNSW_EF_SEARCH,
   planFullText,
-  RagService,
   rankFullTextSql,
   STAGE_CANDIDATES,
-} from '../../../packages/server/src/domains/rag/service.js';
+} from '../../../packages/server/src/domains/rag/retrieval.js';
+import { RagService } from '../../../packages/server/src/domains/rag/service.js';
 import { CSV_HEADER, csvRow, word as genWord, prng } from './generate.js';
 
 const env = process.env;

@@ -34,11 +34,16 @@ export class InstrumentedLlmProvider extends OpenAiLlmProvider {
   ): Promise<StreamTextResult> {
     const call = this.start(req, true);
     let out = '';
-    const observed = (text: string) => {
-      call.firstToken();
-      out += text;
-      onText(text);
-    };
+    const observed = call.capturesContent
+      ? (text: string) => {
+          call.firstToken();
+          out += text;
+          onText(text);
+        }
+      : (text: string) => {
+          call.firstToken();
+          onText(text);
+        };
     try {
       const r = await call.run(() => super.streamText(req, observed, progress, options));
       call.end({
@@ -47,7 +52,9 @@ export class InstrumentedLlmProvider extends OpenAiLlmProvider {
         reported: !r.usage.estimated,
         responseModel: r.responseModel,
         finishReasons: [r.finishReason],
-        output: [{ role: 'assistant', content: out, tool_calls: r.toolCalls }],
+        output: call.capturesContent
+          ? [{ role: 'assistant', content: out, tool_calls: r.toolCalls }]
+          : undefined,
       });
       return r;
     } catch (err) {

@@ -1,6 +1,6 @@
 import { context, type Span, SpanKind, SpanStatusCode, trace } from '@opentelemetry/api';
 import { metrics } from './metrics.js';
-import { captureContent, tracer } from './tracing.js';
+import { captureContent, recordsUnder, tracer } from './tracing.js';
 
 /**
  * One model call observed by the GenAI conventions: a CLIENT span `<operation> <model>` (child
@@ -9,6 +9,8 @@ import { captureContent, tracer } from './tracing.js';
  * (providers/instrumented-llm.ts) only when metrics or tracing are on.
  */
 export interface GenAiCall {
+  /** Whether the output goes on the span (content capture on and the call traced): only then is it worth collecting. */
+  readonly capturesContent: boolean;
   /** Runs the upstream request inside the call's span. */
   run<T>(fn: () => Promise<T>): Promise<T>;
   /** The first token arrived (`gen_ai_server_time_to_first_token_seconds`). */
@@ -53,27 +55,31 @@ export function startGenAiCall(info: GenAiCallInfo): GenAiCall {
     gen_ai_provider_name: info.provider,
   };
   const parent = context.active();
-  const span: Span | undefined = tracer?.startSpan(
-    `${info.operation} ${info.model}`,
-    {
-      kind: SpanKind.CLIENT,
-      attributes: {
-        'gen_ai.operation.name': info.operation,
-        'gen_ai.provider.name': info.provider,
-        'gen_ai.request.model': info.model,
-        ...(info.temperature !== undefined ? { 'gen_ai.request.temperature': info.temperature } : {}),
-        ...(info.maxTokens !== undefined ? { 'gen_ai.request.max_tokens': info.maxTokens } : {}),
-        ...(info.streaming ? { 'aisuite.streaming': true } : {}),
-        ...(captureContent && info.input !== undefined
-          ? { 'gen_ai.input.messages': JSON.stringify(info.input) }
-          : {}),
-      },
-    },
-    parent,
-  );
+  const t = tracer;
+  const span: Span | undefined =
+    t && recordsUnder(parent)
+      ? t.startSpan(
+          `${info.operation} ${info.model}`,
+          {
+            kind: SpanKind.CLIENT,
+            attributes: {
+              'gen_ai.operation.name': info.operation,
+              'gen_ai.provider.name': info.provider,
+              'gen_ai.request.model': info.model,
+              'gen_ai.request.temperature': info.temperature,
+              'gen_ai.request.max_tokens': info.maxTokens,
+              'aisuite.streaming': info.streaming || undefined,
+              'gen_ai.input.messages':
+                captureContent && info.input !== undefined ? JSON.stringify(info.input) : undefined,
+            },
+          },
+          parent,
+        )
+      : undefined;
   let first = true;
   let done = false;
   return {
+    capturesContent: captureContent && span !== undefined,
     run(fn) {
       return span ? context.with(trace.setSpan(parent, span), fn) : fn();
     },

@@ -37,7 +37,10 @@ export function instrumentListener(
         kind: SpanKind.SERVER,
         attributes: { 'http.request.method': method, 'url.path': path },
       },
-      propagation.extract(ROOT_CONTEXT, req.headers),
+      // Only a caller's trace context (or baggage) is worth extracting.
+      req.headers.traceparent === undefined && req.headers.baggage === undefined
+        ? ROOT_CONTEXT
+        : propagation.extract(ROOT_CONTEXT, req.headers),
     );
     if (span) {
       const c = span.spanContext();

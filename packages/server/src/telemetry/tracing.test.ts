@@ -124,8 +124,43 @@ describe('OTLP/HTTP JSON: a /chat request', () => {
     for (const s of pg) {
       expect(s.kind).toBe(OTLP_SPAN_KIND.CLIENT);
       expect(s.attributes['db.system.name']).toBe('postgresql');
+      // The summary, never the statement text.
+      expect(s.attributes['db.query.summary']).toMatch(/^[A-Z]+/);
+      expect(s.attributes['db.query.text']).toBeUndefined();
       expect(byId(trace, s.parentSpanId)).toBeDefined();
     }
+  });
+
+  it('makes no span in a trace its caller did not sample, and still passes the trace on', async () => {
+    receiver.clear();
+    const unsampled = '0af7651916cd43dd8448eb211c80319c';
+    ts.fake.script({ text: 'Untraced reply.', usage: { prompt_tokens: 5, completion_tokens: 2 } });
+    const res = await ts.api('/chat', {
+      method: 'POST',
+      key: ws.apiKey,
+      headers: { traceparent: `00-${unsampled}-${PARENT_ID}-00` },
+      json: { model: 'fake-chat', messages: [{ role: 'user', content: 'hello' }] },
+    });
+    expect(res.status).toBe(200);
+    await res.text();
+    const upstream = ts.fake.requests.findLast((r) => r.path.endsWith('/chat/completions'));
+    expect(upstream?.headers.traceparent).toMatch(new RegExp(`^00-${unsampled}-[0-9a-f]{16}-00$`));
+    // A sampled request after it: once its spans are in, the unsampled one's would be too.
+    const sampled = '5bf92f3577b34da6a3ce929d0e0e4736';
+    ts.fake.script({ text: 'Traced reply.', usage: { prompt_tokens: 5, completion_tokens: 2 } });
+    const res2 = await ts.api('/chat', {
+      method: 'POST',
+      key: ws.apiKey,
+      headers: { traceparent: `00-${sampled}-${PARENT_ID}-01` },
+      json: { model: 'fake-chat', messages: [{ role: 'user', content: 'hello' }] },
+    });
+    await res2.text();
+    await flushTracing();
+    const spans = await receiver.waitFor((all) =>
+      all.some((s) => s.traceId === sampled && s.kind === OTLP_SPAN_KIND.SERVER),
+    );
+    expect(spans.some((s) => s.traceId === sampled && s.name.startsWith('pg.query:'))).toBe(true);
+    expect(spans.filter((s) => s.traceId === unsampled)).toEqual([]);
   });
 
   it('starts a new trace without a traceparent and marks an upstream failure on the GenAI span', async () => {

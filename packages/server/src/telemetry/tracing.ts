@@ -30,6 +30,17 @@ export function setTracer(t: Tracer | undefined, capture = false): void {
 export type { Attributes, Context, Span };
 export { SpanKind, SpanStatusCode };
 
+/**
+ * Whether a span started under `parent` would be recorded. Not under a local span that is not
+ * (every sampler offered decides a child as its local parent: `always_on` records both,
+ * `traceidratio` decides on the same trace id, the `parentbased_*` follow it), so no work is
+ * done for it; a remote parent (a received or stored `traceparent`) leaves it to the sampler.
+ */
+export function recordsUnder(parent: Context): boolean {
+  const span = trace.getSpan(parent);
+  return span === undefined || span.isRecording() || span.spanContext().isRemote === true;
+}
+
 /** Records `err` on `span` (exception event, error status, `error.type`). */
 export function failSpan(span: Span, err: unknown, type?: string): void {
   const e = err instanceof Error ? err : new Error(String(err));
@@ -49,6 +60,7 @@ export async function inSpan<T>(
 ): Promise<T> {
   if (!tracer) return fn(undefined);
   const parent = opts.parent ?? context.active();
+  if (!recordsUnder(parent)) return fn(undefined);
   const span = tracer.startSpan(
     name,
     { kind: opts.kind ?? SpanKind.INTERNAL, attributes: opts.attributes },
@@ -83,7 +95,7 @@ export function injectTraceHeaders(set: (name: string, value: string) => void): 
   if (!tracer) return;
   const carrier: Record<string, string> = {};
   propagation.inject(context.active(), carrier);
-  for (const [k, v] of Object.entries(carrier)) set(k, v);
+  for (const k in carrier) set(k, carrier[k] as string);
 }
 
 /** pino `mixin`: the active span's ids on every log line written while it is active. */

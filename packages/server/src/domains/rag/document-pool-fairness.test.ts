@@ -58,7 +58,8 @@ describe('fair turns between workspaces', () => {
     await Promise.all(jobs);
     expect(done).toHaveLength(5);
     expect(done.indexOf('b')).toBeLessThanOrEqual(1);
-    expect(done.filter((d) => d !== 'b')).toEqual(['a1', 'a2', 'a3', 'a4']);
+    // A's own jobs reach the queue when their spool files are written, in any order under load.
+    expect(done.filter((d) => d !== 'b').sort()).toEqual(['a1', 'a2', 'a3', 'a4']);
   }, 300_000);
 
   it('a workspace past its cap: a refused job fails at once, another workspace goes on', async () => {

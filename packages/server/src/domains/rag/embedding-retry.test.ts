@@ -8,7 +8,8 @@ import {
   type TestSession,
   type TestWorkspace,
 } from '../../test/harness.js';
-import { RAG_QUERY_ENDPOINT, RAG_UPLOAD_ENDPOINT } from './service.js';
+import { RAG_UPLOAD_ENDPOINT } from './ingest.js';
+import { RAG_QUERY_ENDPOINT } from './query.js';
 
 /**
  * Embeddings are retried (issue 14: "batched, retried, metered"): connection resets, 429 and

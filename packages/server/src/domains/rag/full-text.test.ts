@@ -6,7 +6,8 @@ import {
   type TestServer,
   type TestWorkspace,
 } from '../../test/harness.js';
-import { FTS_CANDIDATE_BUDGET, idf, planFullText, RagService } from './service.js';
+import { FTS_CANDIDATE_BUDGET, idf, planFullText } from './retrieval.js';
+import { RagService } from './service.js';
 
 /**
  * The full-text stage (decision 0033): lexemes weighted by rarity (BM25 idf over the

@@ -14,7 +14,7 @@ import {
   type TestServer,
   type TestWorkspace,
 } from '../../test/harness.js';
-import { EMBED_BATCH } from './service.js';
+import { EMBED_BATCH } from './ingest.js';
 
 const SHUTDOWN_ERROR = 'Server shut down during the run';
 

@@ -6,11 +6,13 @@ import type { RunExecution, RunExecutor, RunOutcome, RunRecord } from '../../run
 import { runStore } from '../../runs/index.js';
 import type { StorageFileDto } from '../storage/schema.js';
 import { isUuid, StorageService } from '../storage/service.js';
+import { ResumeMismatchError } from './document-chunks.js';
 import { documentPool, WorkerStartError } from './document-pool.js';
+import { MAX_FILE_BYTES } from './documents.js';
 import { documentKind, ExtractionError } from './extract.js';
 import { takeHead } from './first-bytes.js';
 import { HEAD_BYTES, HEAD_KINDS } from './inspect.js';
-import { MAX_FILE_BYTES, RagService, ResumeMismatchError } from './service.js';
+import { RagService } from './service.js';
 
 /** The run kind that indexes a storage file in the background. */
 export const RAG_INDEX_KIND = 'rag_index' as const;

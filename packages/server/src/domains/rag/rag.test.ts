@@ -9,7 +9,8 @@ import {
   type TestWorkspace,
 } from '../../test/harness.js';
 import { buildDocx, buildPdf } from './documents.fixture.js';
-import { NOT_FOUND_ANSWER, RagService } from './service.js';
+import { NOT_FOUND_ANSWER } from './query.js';
+import { RagService } from './service.js';
 
 let ts: TestServer & { fake: FakeOpenAI };
 let ws: TestWorkspace;

@@ -7,7 +7,8 @@ import {
   type TestServer,
   type TestWorkspace,
 } from '../../test/harness.js';
-import { fuse, RagService } from './service.js';
+import { fuse } from './retrieval.js';
+import { RagService } from './service.js';
 
 let ts: TestServer & { fake: FakeOpenAI };
 let ws: TestWorkspace;

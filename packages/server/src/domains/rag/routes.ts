@@ -11,11 +11,13 @@ import { securityFor } from '../../http/openapi-security.js';
 import type { RawRouteModule } from '../../http/raw-routes.js';
 import { StorageService } from '../storage/service.js';
 import { documentPool } from './document-pool.js';
+import { MAX_FILE_BYTES } from './documents.js';
 import { documentKind } from './extract.js';
 import { TailKeeper, takeHead } from './first-bytes.js';
+import { RAG_UPLOAD_ENDPOINT } from './ingest.js';
 import { HEAD_BYTES, TAIL_BYTES } from './inspect.js';
 import { type RagUploadDetail, type RagUploadResult, RagUploadResultSchema } from './schema.js';
-import { MAX_FILE_BYTES, RAG_UPLOAD_ENDPOINT, RagService } from './service.js';
+import { RagService } from './service.js';
 
 const tooLarge = (name: string) => `File ${name} exceeds maximum size of 100MB`;
 /** Files per upload request. */
