@@ -3,14 +3,14 @@
  *
  *   composition root (app.ts, server.ts, main.ts, router.ts, raw-routes registry, cli/)
  *     → http/ (transport) and domains/ (product features)
- *       → core: auth/, metering/, runs/, providers/, db/, storage/
+ *       → core: auth/, metering/, runs/, providers/, generation/, db/, storage/
  *         → foundation: errors/, util/, config.ts, logger.ts, bounded-map.ts, data-dir.ts
  *
  * A layer imports only the layers below it. Route files of a domain (router.ts, routes.ts,
  * *-routes.ts) are the domain's transport adapters and may use http/; no other domain file may.
  */
 const SRC = '^packages/server/src/';
-const CORE = `${SRC}(auth|metering|runs|providers|db|storage)/`;
+const CORE = `${SRC}(auth|metering|runs|providers|generation|db|storage)/`;
 const DOMAINS = `${SRC}domains/`;
 const HTTP = `${SRC}http/`;
 const FOUNDATION = `${SRC}(errors/|util/|config\\.ts$|logger\\.ts$|bounded-map\\.ts$|data-dir\\.ts$)`;
@@ -30,7 +30,7 @@ module.exports = {
     {
       name: 'core-not-to-domains',
       severity: 'error',
-      comment: 'The core (auth, metering, runs, providers, db, storage) never imports a domain.',
+      comment: 'The core (auth, metering, runs, providers, generation, db, storage) never imports a domain.',
       from: { path: CORE, pathNot: TESTS },
       to: { path: DOMAINS },
     },

@@ -2,6 +2,7 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import type { ServerDeps } from '../../context.js';
 import { AppError, appError } from '../../errors/index.js';
+import { MeteredCall, metered } from '../../generation/metered-call.js';
 import type { GenerationMeter, Metering } from '../../metering/types.js';
 import type {
   LlmMessage,
@@ -324,39 +325,35 @@ export class TurnExecutor implements RunExecutor {
         // The balance row is released at commit, not after the WAL flush (decision 0029).
         { inputTokens: estimateTokens(inputChars), asyncCommit: true },
       ));
-    let text = '';
-    const toolCalls: ToolCall[] = [];
     // Text deltas merged over a short window (docs/run-engine.md, "Coalesced deltas").
     const deltas = new TextCoalescer(this.coalesceMs, (content) =>
       exec.emit('message.delta', { runId: run.id, content }),
     );
-    try {
-      const stream = llm.stream({ model, messages, tools: tools.length > 0 ? tools : undefined, signal });
-      for await (const part of stream) {
-        if (part.type === 'text' && part.text) {
-          text += part.text;
-          await deltas.push(part.text);
-          if (meter?.addStreamedChars(part.text.length)) await meter.check();
-        } else if (part.type === 'tool_call') {
-          toolCalls.push(part.call);
-        } else if (part.type === 'usage') {
-          meter?.addUsage(part.usage);
+    const call = new MeteredCall(llm, meter, signal, (err) => err instanceof RunGoneError);
+    const logSettle = (e: unknown) =>
+      this.deps.log.error({ err: e, runId: run.id }, 'recording agent usage failed');
+    return metered(
+      call,
+      async (): Promise<ModelReply> => {
+        try {
+          await call.stream({ model, messages, tools: tools.length > 0 ? tools : undefined }, (t) =>
+            deltas.push(t),
+          );
+          await deltas.flush();
+        } catch (err) {
+          // The text that came before the failure is shown, as it would have been without the window.
+          if (!(err instanceof RunGoneError)) await deltas.flush().catch(() => undefined);
+          deltas.discard();
+          throw err;
         }
-      }
-      await deltas.flush();
-      // A final reply (no tool calls) is settled by the statement that ends the run.
-      if (toolCalls.length === 0 && meter) return { text, toolCalls, meter };
-      await meter?.finish('success');
-      return { text, toolCalls };
-    } catch (err) {
-      // The text that came before the failure is shown, as it would have been without the window.
-      if (!(err instanceof RunGoneError)) await deltas.flush().catch(() => undefined);
-      deltas.discard();
-      await meter
-        ?.finish(signal.aborted || err instanceof RunGoneError ? 'aborted' : 'error')
-        .catch((e) => this.deps.log.error({ err: e, runId: run.id }, 'recording agent usage failed'));
-      throw err;
-    }
+        const { text, toolCalls } = call;
+        // A final reply (no tool calls) is settled by the statement that ends the run.
+        if (toolCalls.length === 0 && meter) return { text, toolCalls, meter: call.handOver() };
+        await call.settle('success');
+        return { text, toolCalls };
+      },
+      logSettle,
+    );
   }
 
   /** Answers the calls the turn waited on, in the order the model made them. */

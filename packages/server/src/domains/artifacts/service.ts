@@ -3,6 +3,7 @@ import type { EntityManager } from '@mikro-orm/postgresql';
 import type { Principal } from '../../auth/principal.js';
 import type { ServerDeps } from '../../context.js';
 import { AppError, appError } from '../../errors/index.js';
+import { MeteredCall, metered } from '../../generation/metered-call.js';
 import type { LlmMessage, ModelInfo } from '../../providers/llm.js';
 import { estimateTokens, messageChars } from '../../providers/tokens.js';
 import { assertWorkspaceApp } from '../apps/service.js';
@@ -179,18 +180,19 @@ export class ArtifactsService {
       },
       { inputTokens: estimateTokens(messageChars(messages)) },
     );
-    let status: 'success' | 'error' = 'error';
-    let llm: ArtifactResponse['data']['outputSnapshot']['llm'] | undefined;
-    try {
+    // Settled once: `success` after a report that validates (`aborted` when the caller left),
+    // else `error` (`aborted` when the caller left).
+    const call = new MeteredCall(this.deps.llm, meter, signal);
+    const llm = await metered(call, async () => {
       const responseSchema = {
         name: 'insight_report',
         schema: REPORT_JSON_SCHEMA as unknown as Record<string, unknown>,
       };
-      const first = await this.deps.llm.complete({ model, messages, responseSchema, signal });
-      meter.addUsage(first.usage);
+      const first = await call.complete({ model, messages, responseSchema });
       let read = readReport(first.text);
       if (!read.ok) {
-        // One repair round: the model sees its reply and what was wrong with it.
+        // One repair round: the model sees its reply and what was wrong with it (the call
+        // notes the longer prompt and re-checks the hold first).
         const repair: LlmMessage[] = [
           ...messages,
           { role: 'assistant', content: first.text },
@@ -199,21 +201,15 @@ export class ArtifactsService {
             content: `That reply is not a valid report (${read.why}). Reply again with the whole report as JSON that follows the schema and its rules.`,
           },
         ];
-        meter.beginCall(estimateTokens(messageChars(repair)));
-        await meter.check();
-        const second = await this.deps.llm.complete({ model, responseSchema, signal, messages: repair });
-        meter.addUsage(second.usage);
+        const second = await call.complete({ model, responseSchema, messages: repair });
         read = readReport(second.text);
       }
       if (!read.ok) {
         this.deps.log.warn({ requestId: this.requestId, why: read.why }, 'artifact report did not validate');
         throw appError('REPORT_FAILED');
       }
-      llm = read.llm;
-      status = 'success';
-    } finally {
-      await meter.finish(signal?.aborted ? 'aborted' : status);
-    }
+      return read.llm;
+    });
     const snapshot = {
       version: 1 as const,
       generatedAt: new Date().toISOString(),

@@ -3,6 +3,7 @@ import type { EntityManager } from '@mikro-orm/postgresql';
 import type { Principal } from '../../auth/principal.js';
 import type { ServerDeps } from '../../context.js';
 import { AppError, appError, type ErrorBody } from '../../errors/index.js';
+import { MeteredCall, metered } from '../../generation/metered-call.js';
 import { cycleStart } from '../../metering/cycle.js';
 import type { LlmMessage } from '../../providers/llm.js';
 import { estimateTokens, messageChars } from '../../providers/tokens.js';
@@ -142,18 +143,19 @@ export class RagQuery {
         { workspaceId, requestId, endpoint: RAG_QUERY_ENDPOINT, model: chatModel, meter: 'credits' },
         { inputTokens: estimateTokens(bound), extraMicros: embedHold },
       );
-      let chatStatus: 'success' | 'error' | 'aborted' | undefined;
+      // The answer's call: settled once, the hold back whole when no call was made (nothing
+      // retrieved, or the retrieval failed).
+      const chat = new MeteredCall(this.deps.llm, chatMeter);
       let answer = NOT_FOUND_ANSWER;
       let found = false;
       let inputTokens = 0;
       let outputTokens = 0;
-      let chatCost = 0;
       let embeddingTokens = 0;
       let embedCost = 0;
       let retrievalMs = 0;
       let t1 = 0;
       let sources: RagSource[] = [];
-      try {
+      await metered(chat, async () => {
         // Retrieval: the query embedding (metered) and the two stages.
         let vector: number[] | undefined;
         if (embedModel) {
@@ -188,21 +190,15 @@ export class RagQuery {
         t1 = performance.now();
         if (sources.length > 0) {
           const messages = buildMessages(input.query, sources, history);
-          chatStatus = 'error';
-          const res = await this.deps.llm.complete({ model: chatModel, messages, temperature: 0 });
-          chatMeter.addUsage(res.usage);
+          const res = await chat.complete({ model: chatModel, messages, temperature: 0 });
           inputTokens = res.usage.inputTokens;
           outputTokens = res.usage.outputTokens;
           const text = res.text.trim();
           found = text.length > 0 && !text.includes(NOT_FOUND_MARKER);
           answer = found ? text : NOT_FOUND_ANSWER;
-          chatStatus = 'success';
         }
-      } finally {
-        // No chat call made (nothing retrieved, or the retrieval failed): the hold goes back whole.
-        if (chatStatus) chatCost = (await chatMeter.finish(chatStatus)).costMicros;
-        else await chatMeter.release();
-      }
+      });
+      const chatCost = chat.settlement?.costMicros ?? 0;
       const generationMs = performance.now() - t1;
 
       // Confidence of the answer: the mean confidence of the sources it cites (all sources when
