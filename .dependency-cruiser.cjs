@@ -3,14 +3,14 @@
  *
  *   composition root (app.ts, server.ts, main.ts, router.ts, raw-routes registry, cli/)
  *     → http/ (transport) and domains/ (product features)
- *       → core: auth/, metering/, runs/, providers/, generation/, db/, storage/
+ *       → core: auth/, metering/, runs/, providers/, generation/, telemetry/, db/, storage/
  *         → foundation: errors/, util/, config.ts, logger.ts, bounded-map.ts, data-dir.ts
  *
  * A layer imports only the layers below it. Route files of a domain (router.ts, routes.ts,
  * *-routes.ts) are the domain's transport adapters and may use http/; no other domain file may.
  */
 const SRC = '^packages/server/src/';
-const CORE = `${SRC}(auth|metering|runs|providers|generation|db|storage)/`;
+const CORE = `${SRC}(auth|metering|runs|providers|generation|telemetry|db|storage)/`;
 const DOMAINS = `${SRC}domains/`;
 const HTTP = `${SRC}http/`;
 const FOUNDATION = `${SRC}(errors/|util/|config\\.ts$|logger\\.ts$|bounded-map\\.ts$|data-dir\\.ts$)`;
