@@ -281,7 +281,8 @@ function openAiAgent(stream: boolean): Capability {
         });
         const text = await res.text().catch(() => '');
         const requestId = res.headers.get('x-request-id') ?? '';
-        if (res.status === 429 && text.includes('"insufficient_quota"')) return { outcome: 'refused', requestId };
+        if (res.status === 429 && text.includes('"insufficient_quota"'))
+          return { outcome: 'refused', requestId };
         if (res.status !== 200) return { outcome: other(res.status, text), requestId };
         const done = stream
           ? text.trimEnd().endsWith('data: [DONE]')

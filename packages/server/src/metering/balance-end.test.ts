@@ -236,9 +236,10 @@ async function firstBurst(surface: (typeof quotaSurfaces)[number], n: number) {
     [ws.workspaceId, surface.endpoint],
   );
   const perRequest = Number(one?.t);
-  const [u] = await sql<{ tokens: string }>('select tokens from workspace_token_usage where workspace_id = ?', [
-    ws.workspaceId,
-  ]);
+  const [u] = await sql<{ tokens: string }>(
+    'select tokens from workspace_token_usage where workspace_id = ?',
+    [ws.workspaceId],
+  );
   const tokens = Number(u?.tokens);
   const pays = Math.floor(quota / perRequest);
   const summary = JSON.stringify({ surface: surface.endpoint, n, served, perRequest, pays, tokens });

@@ -372,7 +372,8 @@ const capabilities: Capability[] = [
         });
         const text = await res.text();
         const requestId = res.headers.get('x-request-id') ?? '';
-        if (res.status === 429 && text.includes('"insufficient_quota"')) return { outcome: 'refused', requestId };
+        if (res.status === 429 && text.includes('"insufficient_quota"'))
+          return { outcome: 'refused', requestId };
         if (res.status !== 200) return { outcome: 'failed', requestId };
         const done = stream
           ? text.trimEnd().endsWith('data: [DONE]')
@@ -506,7 +507,11 @@ const quotaSurfaces: QuotaSurface[] = [
     name: '/chat',
     endpoint: '/chat',
     request: (key) =>
-      ts.api('/chat', { method: 'POST', key, json: { messages: [{ role: 'user', content: 'Hello there' }] } }),
+      ts.api('/chat', {
+        method: 'POST',
+        key,
+        json: { messages: [{ role: 'user', content: 'Hello there' }] },
+      }),
     outcome: (status, body) =>
       status === 200
         ? 'ok'
@@ -521,12 +526,17 @@ const quotaSurfaces: QuotaSurface[] = [
       ts.api('/openai/chat/completions', {
         method: 'POST',
         key,
-        json: { model: 'fake-chat', messages: [{ role: 'user', content: 'Hello there' }], stream: i % 2 === 1 },
+        json: {
+          model: 'fake-chat',
+          messages: [{ role: 'user', content: 'Hello there' }],
+          stream: i % 2 === 1,
+        },
       }),
     outcome: (status, body, i) => {
       if (status === 429 && JSON.parse(body).error?.code === 'insufficient_quota') return 'refused';
       if (status !== 200) return 'other';
-      const done = i % 2 === 1 ? body.trimEnd().endsWith('data: [DONE]') : JSON.parse(body).choices?.length === 1;
+      const done =
+        i % 2 === 1 ? body.trimEnd().endsWith('data: [DONE]') : JSON.parse(body).choices?.length === 1;
       return done ? 'ok' : 'other';
     },
   },
