@@ -33,6 +33,17 @@ import {
   type TestServer,
   type TestWorkspace,
 } from '@ai-suite/server/test-harness';
+import { Agent, setGlobalDispatcher } from 'undici';
+
+/**
+ * The client: keep-alive connections, as many as a burst asks for, each closed by the client
+ * after 10 s idle. The server keeps an idle connection 65 s (and says so in `Keep-Alive`);
+ * fetch's default client keeps it until 2 s before that, and on a loaded machine (the server
+ * and the client share this process) a burst could reuse a connection the server was closing
+ * at that moment: a POST on it fails with a connection error (`other side closed`) and is not
+ * retried. Bursts here come up to a minute or more apart.
+ */
+setGlobalDispatcher(new Agent({ keepAliveTimeout: 10_000, keepAliveMaxTimeout: 10_000, connections: null }));
 
 const DATABASES = (process.env.BENCH_DATABASES ?? 'embedded,postgres').split(',');
 const PG_URL = process.env.BENCH_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
