@@ -36,14 +36,24 @@ import {
 import { Agent, setGlobalDispatcher } from 'undici';
 
 /**
- * The client: keep-alive connections, as many as a burst asks for, each closed by the client
- * after 10 s idle. The server keeps an idle connection 65 s (and says so in `Keep-Alive`);
- * fetch's default client keeps it until 2 s before that, and on a loaded machine (the server
- * and the client share this process) a burst could reuse a connection the server was closing
- * at that moment: a POST on it fails with a connection error (`other side closed`) and is not
- * retried. Bursts here come up to a minute or more apart.
+ * The client: keep-alive connections, as many as a burst asks for. fetch's default client
+ * gives up on a response whose headers have not come within 5 minutes
+ * (`UND_ERR_HEADERS_TIMEOUT`, counted as `other`): a non-streamed answer sends its headers at
+ * the end, and on the loaded 2-core machine the last of a burst of 1000 non-streamed requests
+ * (plain app chat on PostgreSQL at a load of ~50; agent models on PGlite) took longer than that.
+ * These are correctness figures, so the client waits up to 30 minutes. Idle connections are
+ * closed by the client after 10 s, far from the server's 65 s (a POST on a connection the
+ * server is closing fails and is not retried).
  */
-setGlobalDispatcher(new Agent({ keepAliveTimeout: 10_000, keepAliveMaxTimeout: 10_000, connections: null }));
+setGlobalDispatcher(
+  new Agent({
+    connections: null,
+    headersTimeout: 30 * 60_000,
+    bodyTimeout: 30 * 60_000,
+    keepAliveTimeout: 10_000,
+    keepAliveMaxTimeout: 10_000,
+  }),
+);
 
 const DATABASES = (process.env.BENCH_DATABASES ?? 'embedded,postgres').split(',');
 const PG_URL = process.env.BENCH_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
