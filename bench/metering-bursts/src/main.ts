@@ -39,8 +39,8 @@ import { Agent, setGlobalDispatcher } from 'undici';
  * The client: keep-alive connections, as many as a burst asks for. fetch's default client
  * gives up on a response whose headers have not come within 5 minutes
  * (`UND_ERR_HEADERS_TIMEOUT`, counted as `other`): a non-streamed answer sends its headers at
- * the end, and on the loaded 2-core machine the last of a burst of 1000 non-streamed requests
- * (plain app chat on PostgreSQL at a load of ~50; agent models on PGlite) took longer than that.
+ * the end, and on the loaded 2-core machine the last of a burst of 1000 non-streamed agent-model
+ * completions on PGlite took longer than that (592 of them cut so).
  * These are correctness figures, so the client waits up to 30 minutes. Idle connections are
  * closed by the client after 10 s, far from the server's 65 s (a POST on a connection the
  * server is closing fails and is not retried).
