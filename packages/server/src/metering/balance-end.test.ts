@@ -17,9 +17,11 @@ import {
  *   complete; at most one request's cost is charged to answers that did not complete; no
  *   hold is left. Twice: with the issue's $3 (the holds leave some free balance for top-ups)
  *   and with exactly K holds' worth (none: every top-up within a hold fails);
- * - a first burst on a fresh `/chat` token quota (2,000 tokens, ~26 a request; the process
- *   has seen no reply of the model yet): it serves at least half of what the quota pays for
- *   and uses at most the quota plus one request; the rest get 403 `Token limit exceeded`.
+ * - a first burst on a fresh token quota (2,000 tokens, ~26 a request; the process has seen no
+ *   reply of the model yet), on `/chat` and on the OpenAI surface's chat completions (plain and
+ *   streamed) at once: each serves at least half of what the quota pays for and uses at most
+ *   the quota plus one request; the rest are refused up front (403 `Token limit exceeded`,
+ *   OpenAI's 429 `insufficient_quota`).
  */
 
 const MESSAGE = 'The metering of this service is being tested under a burst. '.repeat(40).slice(0, 1990);
@@ -181,58 +183,93 @@ describe('app chat at the end of a balance: complete or refused before the first
   }
 });
 
-describe('a first burst on a fresh /chat token quota', { timeout: 300_000 }, () => {
+/**
+ * The surfaces of the monthly token quota, each asked a short message of its own (the fake's
+ * requests tell them apart): `/chat`, and a catalog model's chat completion on the
+ * OpenAI-compatible surface (every other request streamed; refused with 429 `insufficient_quota`).
+ */
+const quotaSurfaces = [
+  { endpoint: '/chat', content: SHORT },
+  { endpoint: '/openai/chat/completions', content: `${SHORT} (OpenAI)` },
+] as const;
+
+async function firstBurst(surface: (typeof quotaSurfaces)[number], n: number) {
+  const quota = 2000;
+  const ws = await createTestWorkspace(ts, { monthlyTokenQuota: quota });
+  const messages = [{ role: 'user', content: surface.content }];
+  const results = await Promise.all(
+    Array.from({ length: n }, async (_, i) => {
+      const stream = i % 2 === 1;
+      const res = await ts.api(surface.endpoint, {
+        method: 'POST',
+        key: ws.apiKey,
+        json: surface.endpoint === '/chat' ? { messages } : { model: 'fake-chat', messages, stream },
+      });
+      const body = await res.text();
+      if (surface.endpoint === '/chat') {
+        if (res.status === 200) return 'served';
+        return res.status === 403 && JSON.parse(body).error === 'Token limit exceeded'
+          ? 'refused'
+          : `${res.status} ${body}`;
+      }
+      if (res.status === 429 && JSON.parse(body).error?.code === 'insufficient_quota') return 'refused';
+      const done = stream ? body.trimEnd().endsWith('data: [DONE]') : res.status === 200;
+      return res.status === 200 && done ? 'served' : `${res.status} ${body.slice(0, 200)}`;
+    }),
+  );
+  const served = results.filter((r) => r === 'served').length;
+  // Nothing but answers and refusals up front.
+  expect(
+    results.filter((r) => r !== 'served' && r !== 'refused'),
+    surface.endpoint,
+  ).toEqual([]);
+  // The usage records are written in batches after the responses.
+  await expect
+    .poll(
+      async () =>
+        (await sql('select 1 from token_reservations where workspace_id = ?', [ws.workspaceId])).length,
+      { timeout: 30_000 },
+    )
+    .toBe(0);
+  const [one] = await sql<{ t: string }>(
+    `select max(input_tokens + output_tokens) as t from usage_records where workspace_id = ? and endpoint = ?`,
+    [ws.workspaceId, surface.endpoint],
+  );
+  const perRequest = Number(one?.t);
+  const [u] = await sql<{ tokens: string }>(
+    'select tokens from workspace_token_usage where workspace_id = ?',
+    [ws.workspaceId],
+  );
+  const tokens = Number(u?.tokens);
+  const pays = Math.floor(quota / perRequest);
+  const summary = JSON.stringify({ surface: surface.endpoint, n, served, perRequest, pays, tokens });
+  expect(perRequest, summary).toBeGreaterThan(10);
+  expect(perRequest, summary).toBeLessThan(40);
+  expect(served, summary).toBeGreaterThanOrEqual(Math.ceil(Math.min(n, pays) / 2));
+  expect(tokens, summary).toBeLessThanOrEqual(quota + perRequest);
+  return served;
+}
+
+describe('a first burst on a fresh token quota, /chat and the OpenAI surface', { timeout: 300_000 }, () => {
   for (const n of [20, 200, 1000]) {
-    it(`N = ${n}: serves at least half of what the quota pays for, at most the quota plus one request`, async () => {
-      // The process has seen no /chat reply of the model: as a fresh server.
+    it(`N = ${n} on each: serves at least half of what the quota pays for, at most the quota plus one request`, async () => {
+      // The process has seen no reply of the model on either endpoint: as a fresh server. The
+      // two bursts run at once (each endpoint has its own first reply to wait for).
       const est = ts.server.deps.poolMetering.estimator as unknown as {
         recent: Map<string, number[]>;
         inputRatios: Map<string, number[]>;
       };
-      for (const key of [...est.recent.keys()]) if (key.endsWith(' /chat')) est.recent.delete(key);
-      for (const key of [...est.inputRatios.keys()]) if (key.endsWith(' /chat')) est.inputRatios.delete(key);
-      const quota = 2000;
-      const ws = await createTestWorkspace(ts, { monthlyTokenQuota: quota });
+      for (const map of [est.recent, est.inputRatios])
+        for (const key of [...map.keys()])
+          if (quotaSurfaces.some((q) => key.endsWith(` ${q.endpoint}`))) map.delete(key);
       const before = ts.fake.requests.length;
-      const results = await Promise.all(
-        Array.from({ length: n }, async () => {
-          const res = await ts.api('/chat', {
-            method: 'POST',
-            key: ws.apiKey,
-            json: { messages: [{ role: 'user', content: SHORT }] },
-          });
-          return { status: res.status, body: await res.text() };
-        }),
-      );
-      const served = results.filter((r) => r.status === 200).length;
-      const refused = results.filter((r) => r.status === 403);
-      for (const r of refused) expect(JSON.parse(r.body)).toEqual({ error: 'Token limit exceeded' });
-      expect(served + refused.length).toBe(n);
-      expect(ts.fake.requests.length - before).toBe(served);
-      // The usage records are written in batches after the responses.
-      await expect
-        .poll(
-          async () =>
-            (await sql('select 1 from token_reservations where workspace_id = ?', [ws.workspaceId])).length,
-          { timeout: 30_000 },
-        )
-        .toBe(0);
-      const [one] = await sql<{ t: string }>(
-        `select max(input_tokens + output_tokens) as t from usage_records where workspace_id = ? and endpoint = '/chat'`,
-        [ws.workspaceId],
-      );
-      const perRequest = Number(one?.t);
-      const [u] = await sql<{ tokens: string }>(
-        'select tokens from workspace_token_usage where workspace_id = ?',
-        [ws.workspaceId],
-      );
-      const tokens = Number(u?.tokens);
-      const pays = Math.floor(quota / perRequest);
-      const summary = JSON.stringify({ n, served, perRequest, pays, tokens });
-      expect(perRequest, summary).toBeGreaterThan(10);
-      expect(perRequest, summary).toBeLessThan(40);
-      expect(served, summary).toBeGreaterThanOrEqual(Math.ceil(Math.min(n, pays) / 2));
-      expect(tokens, summary).toBeLessThanOrEqual(quota + perRequest);
+      const served = await Promise.all(quotaSurfaces.map((q) => firstBurst(q, n)));
+      // Refused up front: only the served requests reached the model, per surface.
+      const upstream = ts.fake.requests.slice(before);
+      for (const [i, q] of quotaSurfaces.entries()) {
+        const calls = upstream.filter((r) => JSON.stringify(r.body).includes(JSON.stringify(q.content)));
+        expect(calls.length, q.endpoint).toBe(served[i]);
+      }
     });
   }
 });

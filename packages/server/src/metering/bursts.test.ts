@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { turnHoldGuesses } from '../domains/agents/turn-hold.js';
+import { MESSAGES_ENDPOINT, turnHoldGuesses } from '../domains/agents/turn-hold.js';
 import {
   ARTIFACT_REPORT,
   BURST_IMAGE_MODELS,
@@ -19,18 +19,21 @@ import {
 
 /**
  * The metering invariants under bursts (issues 18 and 44, decisions 0020 and 0041), on
- * whichever database the run uses, for every credit-metered capability and the `/chat` token
- * quota: a balance that pays for K = 10 answers, bursts of N = 20 and 200 (the capability
- * table of `docs/models-and-metering.md`; `metering/balance-end.test.ts` adds the issue's
- * app-chat figures and the first burst on a fresh quota at 20, 200 and 1000).
+ * whichever database the run uses, for every credit-metered capability (the OpenAI-compatible
+ * surface's agent models included) and the monthly token quota (`/chat` and the OpenAI surface's
+ * chat completions): a balance that pays for K = 10 answers, bursts of N = 20 and 200, and 1000
+ * for app chat, agent turns and the OpenAI surface (the capability table of
+ * `docs/models-and-metering.md`; `metering/balance-end.test.ts` adds the issue's app-chat
+ * streams and the first burst on a fresh quota, `/chat` and the OpenAI surface, at 1000).
  *
  * - no unpaid work: recorded usage ≤ the credits + one request's cost;
  * - no starvation: at least 0.9 × K answers complete;
  * - complete or refused up front: every request but at most one completes or is refused
- *   before its first token;
+ *   before its first token, and none ends with neither (a 500, a reset connection);
  * - no charge without an answer: what the incomplete requests were charged ≤ one request's
  *   cost; refused ones hold and cost nothing (no ledger line, no record, no hold left);
- * - the quota: tokens used ≤ Q + one request's tokens, the rest 403 `Token limit exceeded`.
+ * - the quota: tokens used ≤ Q + one request's tokens, the rest refused up front (403
+ *   `Token limit exceeded`; on the OpenAI surface 429 `insufficient_quota`).
  *
  * Each capability first completes a few replies on another workspace, so the per-model
  * estimate of the reply length has learned it (that is what sizes the holds).
@@ -41,9 +44,12 @@ let rich: TestWorkspace;
 let imageUpstreams: ImageUpstreams;
 const K = 10;
 /**
- * Every capability at 20 and 200; the bursts of 1000 are `balance-end.test.ts`'s (app chat
- * and `/chat`) and `bench/metering-bursts`'s (every capability): a burst of 1000 of each
- * capability here took the suite past its time on the shared CI machine.
+ * Every capability at 20 and 200 concurrent requests; app chat (plain), agent turns and the
+ * OpenAI surface's agent model at 1000 too (`at1000`). The other bursts of 1000 are
+ * `balance-end.test.ts`'s (app-chat streams; the first burst on a fresh quota on `/chat` and
+ * the OpenAI surface) and `bench/metering-bursts`'s (every capability): a burst of 1000 of
+ * every capability here kept the metering tests running over 12 minutes (~7 without) on the shared
+ * 2-core machine.
  */
 const BURSTS = [20, 200];
 
@@ -111,18 +117,25 @@ async function createSession(key: string, agentId: string): Promise<string> {
   return (await json(res)).session.id as string;
 }
 
-/** `n` sessions of the agent, at most 50 created at a time. */
-async function createSessions(key: string, agentId: string, n: number): Promise<string[]> {
-  const sessions: string[] = [];
-  for (let i = 0; i < n; i += 50) {
-    sessions.push(
-      ...(await Promise.all(Array.from({ length: Math.min(50, n - i) }, () => createSession(key, agentId)))),
-    );
-  }
-  return sessions;
+/**
+ * `n` sessions of the agent: the first through the API, the rest in one statement writing the
+ * rows the API writes (1000 sessions through the API cost a burst's time before each burst).
+ */
+async function createSessions(ws: TestWorkspace, agentId: string, n: number): Promise<string[]> {
+  const first = await createSession(ws.apiKey, agentId);
+  if (n <= 1) return [first];
+  const rows = await sql<{ id: string }>(
+    `insert into agent_sessions (id, workspace_id, app_id, mount, metadata, origin_source)
+     select g.id, ?, ?, '/agents/' || ? || '/sessions/' || g.id::text, '{}'::jsonb, 'api'
+       from (select gen_random_uuid() as id from generate_series(2, ?)) g
+     returning id`,
+    [ws.workspaceId, agentId, agentId, n],
+  );
+  return [first, ...rows.map((r) => r.id)];
 }
 
-type Outcome = 'completed' | 'refused' | 'failed';
+/** `other`: neither an answer, nor a refusal, nor an answer failed mid-way (a 500, a reset socket). */
+type Outcome = 'completed' | 'refused' | 'failed' | 'other';
 
 /** An agent turn in one of `sessions` (round robin): completed, refused (402, up front or at its hold) or failed. */
 function agentTurn(ws: TestWorkspace, sessions: string[]) {
@@ -157,6 +170,8 @@ interface Capability {
   setup(ws: TestWorkspace, n: number): Promise<Attempt>;
   /** Checks of its own after the burst. */
   after?(ws: TestWorkspace): Promise<void>;
+  /** Also a burst of 1000. */
+  at1000?: boolean;
 }
 
 /** Sessions of the last agent-turn setup (their guesses seed the next one's). */
@@ -168,6 +183,7 @@ const capabilities: Capability[] = [
   {
     name: 'app chat, plain',
     endpoint: '/apps/{appId}/chat/message',
+    at1000: true,
     async setup(ws) {
       const appId = await createApp(ws.apiKey);
       return async () => {
@@ -177,7 +193,10 @@ const capabilities: Capability[] = [
           json: { message, role: 'student' },
         });
         await res.text();
-        return res.status === 200 ? 'completed' : res.status === 402 ? 'refused' : 'failed';
+        // 402 up front or mid-way (its usage record tells), 502 an upstream failure mid-way.
+        if (res.status === 200) return 'completed';
+        if (res.status === 402) return 'refused';
+        return res.status === 502 ? 'failed' : 'other';
       };
     },
   },
@@ -242,9 +261,10 @@ const capabilities: Capability[] = [
   {
     name: 'agent turns',
     endpoint: '/managed-agents/sessions/{sessionId}/messages',
+    at1000: true,
     async setup(ws, n) {
       const agentId = await createAgent(ws.apiKey);
-      return agentTurn(ws, await createSessions(ws.apiKey, agentId, n));
+      return agentTurn(ws, await createSessions(ws, agentId, n));
     },
   },
   {
@@ -255,7 +275,7 @@ const capabilities: Capability[] = [
     endpoint: '/managed-agents/sessions/{sessionId}/messages',
     async setup(ws, n) {
       const agentId = await createAgent(ws.apiKey);
-      const sessions = await createSessions(ws.apiKey, agentId, n);
+      const sessions = await createSessions(ws, agentId, n);
       const template = warmSessions.map((s) => turnHoldGuesses.get(s)).find((g) => g !== undefined);
       if (template) {
         const [row] = await sql<{ u: string }>(
@@ -347,13 +367,41 @@ const capabilities: Capability[] = [
       };
     },
   },
+  {
+    // `model: "agent/<id>"` on the OpenAI-compatible surface: a native turn in a session of its
+    // own (no `user`), metered as the native turn; every other request streamed. Spent credits
+    // are OpenAI's 429 `insufficient_quota`, before the first chunk.
+    name: 'OpenAI surface, agent model (plain and streamed)',
+    endpoint: MESSAGES_ENDPOINT,
+    at1000: true,
+    async setup(ws) {
+      const agentId = await createAgent(ws.apiKey);
+      return async (_ws, i) => {
+        const stream = i % 2 === 1;
+        const res = await ts.api('/openai/chat/completions', {
+          method: 'POST',
+          key: ws.apiKey,
+          json: { model: `agent/${agentId}`, messages: [{ role: 'user', content: message }], stream },
+        });
+        const text = await res.text();
+        const requestId = res.headers.get('x-request-id') ?? '';
+        if (res.status === 429 && text.includes('"insufficient_quota"'))
+          return { outcome: 'refused', requestId };
+        if (res.status !== 200) return { outcome: 'failed', requestId };
+        const done = stream
+          ? text.trimEnd().endsWith('data: [DONE]')
+          : JSON.parse(text).choices?.[0]?.finish_reason === 'stop';
+        return { outcome: done ? 'completed' : 'failed', requestId };
+      };
+    },
+  },
 ];
 
 describe('credit bursts: no unpaid work, no starvation, no charge without an answer', {
   timeout: 300_000,
 }, () => {
   for (const cap of capabilities)
-    for (const N of BURSTS) {
+    for (const N of cap.at1000 ? [...BURSTS, 1000] : BURSTS) {
       it(`${cap.name}, N = ${N}`, async () => {
         // Learn the reply length, and one complete request's cost, on a workspace of its own
         // (the two image models share an endpoint: their costs must not mix).
@@ -405,6 +453,8 @@ describe('credit bursts: no unpaid work, no starvation, no charge without an ans
           balance,
         };
 
+        // Every request answered, refused or failed mid-way: none ended with anything else.
+        expect(outcomes.filter((o) => o === 'other').length, JSON.stringify(summary)).toBe(0);
         // No starvation.
         expect(completed, JSON.stringify(summary)).toBeGreaterThanOrEqual(Math.ceil(0.9 * K));
         // No unpaid work.
@@ -452,75 +502,123 @@ const count = (xs: string[]) => {
   return m;
 };
 
-describe('the /chat token quota under a burst', { timeout: 120_000 }, () => {
-  for (const N of BURSTS)
-    it(`N = ${N}: uses at most Q plus one request; the rest get 403 Token limit exceeded up front`, async () => {
-      const chat = (key: string) =>
-        ts.api('/chat', {
-          method: 'POST',
-          key,
-          json: { messages: [{ role: 'user', content: 'Hello there' }] },
-        });
-      for (let i = 0; i < 3; i++) {
-        const res = await chat(rich.apiKey);
-        expect(res.status).toBe(200);
-        await res.text();
-      }
-      // The usage records are written in batches, after the responses: wait for the three.
-      await expect
-        .poll(
-          async () =>
-            (
-              await sql('select 1 from usage_records where workspace_id = ? and endpoint = ?', [
-                rich.workspaceId,
-                '/chat',
-              ])
-            ).length,
-          { timeout: 30_000 },
-        )
-        .toBeGreaterThanOrEqual(3);
-      const [one] = await sql<{ t: string }>(
-        `select max(input_tokens + output_tokens) as t from usage_records where workspace_id = ? and endpoint = '/chat'`,
-        [rich.workspaceId],
-      );
-      const perRequest = Number(one?.t);
-      expect(perRequest).toBeGreaterThan(0);
-      const quota = K * perRequest;
-      const ws = await createTestWorkspace(ts, { monthlyTokenQuota: quota });
-      const before = ts.fake.requests.length;
-      const results = await Promise.all(
-        Array.from({ length: N }, async () => {
-          const res = await chat(ws.apiKey);
-          return { status: res.status, body: await res.text() };
-        }),
-      );
-      const ok = results.filter((r) => r.status === 200);
-      const refused = results.filter((r) => r.status === 403);
-      expect(ok.length + refused.length).toBe(N);
-      for (const r of refused) expect(JSON.parse(r.body)).toEqual({ error: 'Token limit exceeded' });
-      // Refused up front: only the admitted ones reached the model.
-      expect(ts.fake.requests.length - before).toBe(ok.length);
-      expect(ok.length).toBeGreaterThanOrEqual(Math.ceil(0.9 * K));
-      // Every reservation is released with its usage record (written in batches, after the
-      // responses): wait for them, then what was used.
-      await expect
-        .poll(
-          async () =>
-            (await sql('select 1 from token_reservations where workspace_id = ?', [ws.workspaceId])).length,
-          {
-            timeout: 30_000,
-          },
-        )
-        .toBe(0);
-      const [u] = await sql<{ tokens: string; reserved: string }>(
-        'select tokens, reserved from workspace_token_usage where workspace_id = ?',
-        [ws.workspaceId],
-      );
-      expect(Number(u?.reserved)).toBe(0);
-      expect(Number(u?.tokens)).toBeLessThanOrEqual(quota + perRequest);
-      // The next request is refused.
-      const next = await chat(ws.apiKey);
-      expect(next.status).toBe(403);
-      await next.text();
-    });
+/**
+ * A surface metered by the monthly token quota: `/chat`, and a catalog model's chat completion
+ * on the OpenAI-compatible surface (every other request streamed), whose refusal is OpenAI's
+ * 429 `insufficient_quota`.
+ */
+interface QuotaSurface {
+  name: string;
+  endpoint: string;
+  request(key: string, i: number): Promise<Response>;
+  /** 'ok' (a complete answer), 'refused' (up front, the quota's refusal) or 'other'. */
+  outcome(status: number, body: string, i: number): 'ok' | 'refused' | 'other';
+}
+
+const quotaSurfaces: QuotaSurface[] = [
+  {
+    name: '/chat',
+    endpoint: '/chat',
+    request: (key) =>
+      ts.api('/chat', {
+        method: 'POST',
+        key,
+        json: { messages: [{ role: 'user', content: 'Hello there' }] },
+      }),
+    outcome: (status, body) =>
+      status === 200
+        ? 'ok'
+        : status === 403 && JSON.parse(body).error === 'Token limit exceeded'
+          ? 'refused'
+          : 'other',
+  },
+  {
+    name: 'the OpenAI surface (plain and streamed)',
+    endpoint: '/openai/chat/completions',
+    request: (key, i) =>
+      ts.api('/openai/chat/completions', {
+        method: 'POST',
+        key,
+        json: {
+          model: 'fake-chat',
+          messages: [{ role: 'user', content: 'Hello there' }],
+          stream: i % 2 === 1,
+        },
+      }),
+    outcome: (status, body, i) => {
+      if (status === 429 && JSON.parse(body).error?.code === 'insufficient_quota') return 'refused';
+      if (status !== 200) return 'other';
+      const done =
+        i % 2 === 1 ? body.trimEnd().endsWith('data: [DONE]') : JSON.parse(body).choices?.length === 1;
+      return done ? 'ok' : 'other';
+    },
+  },
+];
+
+describe('the token quota under a burst', { timeout: 120_000 }, () => {
+  for (const surface of quotaSurfaces)
+    for (const N of BURSTS)
+      it(`${surface.name}, N = ${N}: uses at most Q plus one request; the rest are refused up front`, async () => {
+        const records = async () =>
+          (
+            await sql('select 1 from usage_records where workspace_id = ? and endpoint = ?', [
+              rich.workspaceId,
+              surface.endpoint,
+            ])
+          ).length;
+        const seen = await records();
+        for (let i = 0; i < 3; i++) {
+          const res = await surface.request(rich.apiKey, i);
+          expect(res.status).toBe(200);
+          await res.text();
+        }
+        // The usage records are written in batches, after the responses: wait for the three.
+        await expect.poll(records, { timeout: 30_000 }).toBeGreaterThanOrEqual(seen + 3);
+        const [one] = await sql<{ t: string }>(
+          `select max(input_tokens + output_tokens) as t from usage_records where workspace_id = ? and endpoint = ?`,
+          [rich.workspaceId, surface.endpoint],
+        );
+        const perRequest = Number(one?.t);
+        expect(perRequest).toBeGreaterThan(0);
+        const quota = K * perRequest;
+        const ws = await createTestWorkspace(ts, { monthlyTokenQuota: quota });
+        const before = ts.fake.requests.length;
+        const outcomes = await Promise.all(
+          Array.from({ length: N }, async (_, i) => {
+            const res = await surface.request(ws.apiKey, i);
+            const body = await res.text();
+            const outcome = surface.outcome(res.status, body, i);
+            return outcome === 'other' ? `${res.status} ${body.slice(0, 200)}` : outcome;
+          }),
+        );
+        const ok = outcomes.filter((o) => o === 'ok').length;
+        const refused = outcomes.filter((o) => o === 'refused').length;
+        // Every request answered or refused up front with the quota's refusal ("other" = 0).
+        expect(
+          outcomes.filter((o) => o !== 'ok' && o !== 'refused'),
+          JSON.stringify({ N, ok, refused }),
+        ).toEqual([]);
+        // Refused up front: only the admitted ones reached the model.
+        expect(ts.fake.requests.length - before).toBe(ok);
+        expect(ok).toBeGreaterThanOrEqual(Math.ceil(0.9 * K));
+        // Every reservation is released with its usage record (written in batches, after the
+        // responses): wait for them, then what was used.
+        await expect
+          .poll(
+            async () =>
+              (await sql('select 1 from token_reservations where workspace_id = ?', [ws.workspaceId])).length,
+            { timeout: 30_000 },
+          )
+          .toBe(0);
+        const [u] = await sql<{ tokens: string; reserved: string }>(
+          'select tokens, reserved from workspace_token_usage where workspace_id = ?',
+          [ws.workspaceId],
+        );
+        expect(Number(u?.reserved)).toBe(0);
+        expect(Number(u?.tokens)).toBeLessThanOrEqual(quota + perRequest);
+        // The next request is refused.
+        const next = await surface.request(ws.apiKey, 0);
+        const nextBody = await next.text();
+        expect(surface.outcome(next.status, nextBody, 0)).toBe('refused');
+      });
 });
