@@ -5,15 +5,17 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { LOCK_FILE } from '../db/embedded.js';
 import { createServer } from '../server.js';
 import { createTestDatabase, startTestServer } from '../test/harness.js';
-import { type CliResult, runCliProcess } from '../test/spawn.js';
+import { type CliResult, runCliInProcess, runCliProcess } from '../test/spawn.js';
 
 /**
- * The operator CLI as a child process against a running server: on the embedded database the
- * test process owns the data directory (createServer without `embedded`) and the CLI connects
- * through its socket; with DATABASE_URL both talk to the PostgreSQL server.
+ * The operator CLI against a running server: on the embedded database the test process owns
+ * the data directory (createServer without `embedded`) and the CLI connects through its
+ * socket; with DATABASE_URL both talk to the PostgreSQL server. Commands run in this process
+ * (`cli`); the entry point as a child process (`runCliProcess`) where the process is the
+ * subject: its exit code and stderr, the database it names, a data directory it opens itself.
  */
 const onServer = Boolean(process.env.DATABASE_URL);
-/** Each CLI run is a fresh Node process loading the ORM: generous on a busy machine. */
+/** A CLI child process loads tsx and the ORM afresh: generous on a busy machine. */
 const SLOW = 300_000;
 
 interface Target {
@@ -49,7 +51,8 @@ afterAll(async () => {
   if (dataDir) fs.rmSync(dataDir, { recursive: true, force: true });
 });
 
-const cli = (...args: string[]) => runCliProcess(args, target.cliEnv);
+const cli = (...args: string[]) => runCliInProcess(args, target.cliEnv);
+const cliProcess = (...args: string[]) => runCliProcess(args, target.cliEnv);
 const json = <T>(r: CliResult): T => {
   expect(r.stderr, r.stderr).not.toMatch(/error/i);
   expect(r.code).toBe(0);
@@ -256,7 +259,7 @@ describe(`operator CLI round trips (${onServer ? 'PostgreSQL server' : 'embedded
     'fails with one clear line and exit code 1 when the command cannot be done',
     async () => {
       const [dup, missing, badKey, member, jsonErr] = await Promise.all([
-        cli('workspace', 'create', 'cli CORP'),
+        cliProcess('workspace', 'create', 'cli CORP'), // exit code 1 as the process's
         cli('credits', 'grant', 'No Such Co', '5'),
         cli('key', 'revoke', 'Cli Corp', 'not-a-key-id'),
         cli('key', 'create', 'Cli Corp', '--as', 'nobody@example.test'),
@@ -301,14 +304,14 @@ describe('operator CLI: which database', () => {
   it(
     'says on stderr which database it uses',
     async () => {
-      const r = await cli('workspace', 'list');
+      const r = await cliProcess('workspace', 'list');
       expect(r.code, r.stderr).toBe(0);
       expect(r.stderr.split('\n')[0]).toBe(
         onServer
           ? `Database: PostgreSQL server ${new URL(target.cliEnv.DATABASE_URL as string).username}@127.0.0.1:5432${new URL(target.cliEnv.DATABASE_URL as string).pathname} (DATABASE_URL)`
           : `Database: embedded, in ${dataDir} (DATA_DIR), through the running server (pid ${process.pid})`,
       );
-      const j = await cli('workspace', 'list', '--json');
+      const j = await cliProcess('workspace', 'list', '--json');
       expect(JSON.parse(j.stderr.split('\n')[0] as string)).toEqual({
         database: expect.stringMatching(/^Database: /),
       });
@@ -386,7 +389,7 @@ describe('operator CLI without a running server', () => {
       }
       await target.close();
       expect(fs.existsSync(path.join(dataDir as string, LOCK_FILE))).toBe(false);
-      const listed = json<{ workspaces: WorkspaceJson[] }>(await cli('workspace', 'list', '--json'));
+      const listed = json<{ workspaces: WorkspaceJson[] }>(await cliProcess('workspace', 'list', '--json'));
       expect(listed.workspaces.map((w) => w.name)).toContain('Cli Corp');
       expect(fs.existsSync(path.join(dataDir as string, LOCK_FILE))).toBe(false);
     },

@@ -14,12 +14,13 @@ import {
   type TestServer,
   type TestWorkspace,
 } from '../test/harness.js';
-import { type CliResult, runCliProcess } from '../test/spawn.js';
+import { type CliResult, runCliInProcess, runCliProcess } from '../test/spawn.js';
 
 /**
- * `jobs list` and `jobs cancel` as child processes beside a running server that executes the
- * jobs: on the embedded database the CLI goes through the server's socket; with DATABASE_URL
- * both talk to the PostgreSQL server (and the cancel reaches the worker through NOTIFY).
+ * `jobs list` and `jobs cancel` beside a running server that executes the jobs: on the
+ * embedded database the CLI goes through the server's socket; with DATABASE_URL both talk to
+ * the PostgreSQL server (and the cancel reaches the worker through NOTIFY). Commands run in
+ * this process; the human listing and the refused cancel as child processes (the real entry).
  */
 const onServer = Boolean(process.env.DATABASE_URL);
 const SLOW = 300_000;
@@ -69,7 +70,8 @@ afterAll(async () => {
   if (dataDir) fs.rmSync(dataDir, { recursive: true, force: true });
 });
 
-const cli = (...args: string[]) => runCliProcess(args, cliEnv);
+const cli = (...args: string[]) => runCliInProcess(args, cliEnv);
+const cliProcess = (...args: string[]) => runCliProcess(args, cliEnv);
 const json = <T>(r: CliResult): T => {
   expect(r.code, r.stderr).toBe(0);
   return JSON.parse(r.stdout) as T;
@@ -166,7 +168,7 @@ describe(`jobs list and cancel (${onServer ? 'PostgreSQL server' : 'embedded, th
       );
       expect(onlyIndex.jobs.map((j) => j.id)).toEqual([indexRunId]);
 
-      const human = await cli('jobs', 'list', '--workspace', ws.workspaceId);
+      const human = await cliProcess('jobs', 'list', '--workspace', ws.workspaceId);
       expect(human.code, human.stderr).toBe(0);
       expect(human.stdout).toMatch(/^ID\s+KIND\s+WORKSPACE\s+STATUS\s+ATTEMPTS\s+LEASE OWNER/);
       expect(human.stdout).toContain(indexRunId);
@@ -237,7 +239,7 @@ describe(`jobs list and cancel (${onServer ? 'PostgreSQL server' : 'embedded, th
       ]);
       expect(events.map((e) => e.type)).toEqual(['run.cancelled']);
 
-      const again = await cli('jobs', 'cancel', indexRunId);
+      const again = await cliProcess('jobs', 'cancel', indexRunId);
       expect(again.code).toBe(1);
       expect(again.stderr).toContain('error: Run is cancelled');
       const missing = await cli('jobs', 'cancel', randomUUID(), '--json');

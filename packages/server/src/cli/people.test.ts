@@ -4,11 +4,12 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createServer } from '../server.js';
 import { startTestServer } from '../test/harness.js';
-import { type CliResult, runCliProcess } from '../test/spawn.js';
+import { type CliResult, runCliInProcess, runCliProcess } from '../test/spawn.js';
 
 /**
- * The people commands of the operator CLI as child processes against a running server (the
- * embedded database through its socket, or the PostgreSQL server), checked over HTTP.
+ * The people commands of the operator CLI against a running server (the embedded database
+ * through its socket, or the PostgreSQL server), checked over HTTP. Commands run in this
+ * process; the first and the last as child processes (the real entry point, its exit codes).
  */
 const onServer = Boolean(process.env.DATABASE_URL);
 const SLOW = 300_000;
@@ -37,7 +38,8 @@ afterAll(async () => {
   if (dataDir) fs.rmSync(dataDir, { recursive: true, force: true });
 });
 
-const cli = (...args: string[]) => runCliProcess(args, cliEnv);
+const cli = (...args: string[]) => runCliInProcess(args, cliEnv);
+const cliProcess = (...args: string[]) => runCliProcess(args, cliEnv);
 const json = <T>(r: CliResult): T => {
   expect(r.code, r.stderr).toBe(0);
   return JSON.parse(r.stdout) as T;
@@ -63,7 +65,7 @@ describe(`CLI: people (${onServer ? 'PostgreSQL server' : 'embedded, through the
   it(
     'creates users, invites with a printed link, sets roles and passwords, removes, keeps an owner',
     async () => {
-      json(await cli('workspace', 'create', 'People Corp', '--json'));
+      json(await cliProcess('workspace', 'create', 'People Corp', '--json'));
       const created = json<{ user: { id: string; email: string } }>(
         await cli(
           'user',
@@ -125,7 +127,7 @@ describe(`CLI: people (${onServer ? 'PostgreSQL server' : 'embedded, through the
       json(await cli('user', 'remove', 'People Corp', 'bob@example.com', '--json'));
       const after = await signIn('bob@example.com', 'a new password');
       expect(after.body.workspace).toBeNull();
-      const bad = await cli('user', 'set-role', 'People Corp', 'ada@example.com', 'king');
+      const bad = await cliProcess('user', 'set-role', 'People Corp', 'ada@example.com', 'king');
       expect(bad.code).toBe(2);
     },
     SLOW,

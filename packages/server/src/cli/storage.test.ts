@@ -11,12 +11,13 @@ import { migrateObjects } from '../storage/migrate.js';
 import type { ObjectStore, PutOptions } from '../storage/object-store.js';
 import { S3ObjectStore } from '../storage/s3-store.js';
 import { createTestDatabase, type TestDatabase } from '../test/harness.js';
-import { type CliResult, runCliProcess } from '../test/spawn.js';
+import { type CliResult, runCliInProcess, runCliProcess } from '../test/spawn.js';
 
 /**
  * `ai-suite storage migrate` as an operator runs it: a service that stored files on local disk
  * moves them to S3 (s3rver on loopback), restarts on S3 and serves every file byte for byte,
- * then moves back. The CLI is a child process beside the running server.
+ * then moves back. The CLI runs in this process beside the running server; the refusals run
+ * as child processes (the real entry point and its exit codes).
  */
 const SLOW = 300_000;
 let s3: S3rver;
@@ -44,7 +45,8 @@ async function startServer(extra: Record<string, string> = {}) {
   url = (await server.listen(0, '127.0.0.1')).url;
 }
 
-const cli = (...args: string[]) => runCliProcess(['storage', 'migrate', ...args], { ...baseEnv(), ...s3Env });
+const cli = (...args: string[]) =>
+  runCliInProcess(['storage', 'migrate', ...args], { ...baseEnv(), ...s3Env });
 const report = (r: CliResult) => {
   expect(r.code, r.stderr).toBe(0);
   return JSON.parse(r.stdout) as {

@@ -67,57 +67,61 @@ export function registerStorageCommands(program: Command, kit: CommandKit): void
         }
         const { S3ObjectStore } = await import('../storage/s3-store.js');
         const s3 = new S3ObjectStore(s3Options);
-        // The move presigns nothing, so the local store's link-signing key is never used.
-        const local = new storageModule.LocalObjectStore(
-          storageModule.localObjectsDir(config),
-          'unused: no links are signed',
-          () => '',
-        );
-        const [from, to] = opts.to === 's3' ? [local, s3] : [s3, local];
-        await from.check();
-        if (!opts.dryRun) await to.check();
-        const { migrateObjects } = await import('../storage/migrate.js');
-        const items = await objectKeys(em);
-        const every = Math.max(1, Math.ceil(items.length / 20));
-        const report = await migrateObjects(items, from, to, {
-          dryRun: opts.dryRun,
-          concurrency: opts.concurrency,
-          onProgress: (p) => {
-            if (!kit.json && (p.done % every === 0 || p.done === p.total || p.outcome === 'failed')) {
-              kit.io.stderr(`${p.done}/${p.total} ${p.outcome === 'failed' ? `failed: ${p.key}` : ''}\n`);
-            }
-          },
-        });
-        const where = `${from.kind} → ${to.kind}`;
-        const lines = opts.dryRun
-          ? [
-              `Dry run, ${where}: ${report.objects} object(s) in the database, ${mb(report.bytes)} in the source.`,
-              `${report.copied} to copy (${mb(report.copiedBytes)}); ${report.present} already in the target with the same size (compared byte for byte on the real run).`,
-            ]
-          : [
-              `${where}: ${report.objects} object(s); ${report.copied} copied and verified (${mb(report.copiedBytes)}), ${report.present} already there with the same bytes.`,
-            ];
-        if (report.missing.length > 0) {
-          lines.push(
-            `${report.missing.length} object(s) in neither store (their files already answer 404): ${report.missing.slice(0, 10).join(', ')}${report.missing.length > 10 ? ', …' : ''}`,
+        try {
+          // The move presigns nothing, so the local store's link-signing key is never used.
+          const local = new storageModule.LocalObjectStore(
+            storageModule.localObjectsDir(config),
+            'unused: no links are signed',
+            () => '',
           );
+          const [from, to] = opts.to === 's3' ? [local, s3] : [s3, local];
+          await from.check();
+          if (!opts.dryRun) await to.check();
+          const { migrateObjects } = await import('../storage/migrate.js');
+          const items = await objectKeys(em);
+          const every = Math.max(1, Math.ceil(items.length / 20));
+          const report = await migrateObjects(items, from, to, {
+            dryRun: opts.dryRun,
+            concurrency: opts.concurrency,
+            onProgress: (p) => {
+              if (!kit.json && (p.done % every === 0 || p.done === p.total || p.outcome === 'failed')) {
+                kit.io.stderr(`${p.done}/${p.total} ${p.outcome === 'failed' ? `failed: ${p.key}` : ''}\n`);
+              }
+            },
+          });
+          const where = `${from.kind} → ${to.kind}`;
+          const lines = opts.dryRun
+            ? [
+                `Dry run, ${where}: ${report.objects} object(s) in the database, ${mb(report.bytes)} in the source.`,
+                `${report.copied} to copy (${mb(report.copiedBytes)}); ${report.present} already in the target with the same size (compared byte for byte on the real run).`,
+              ]
+            : [
+                `${where}: ${report.objects} object(s); ${report.copied} copied and verified (${mb(report.copiedBytes)}), ${report.present} already there with the same bytes.`,
+              ];
+          if (report.missing.length > 0) {
+            lines.push(
+              `${report.missing.length} object(s) in neither store (their files already answer 404): ${report.missing.slice(0, 10).join(', ')}${report.missing.length > 10 ? ', …' : ''}`,
+            );
+          }
+          for (const f of report.failed.slice(0, 10)) lines.push(`failed: ${f.key}: ${f.error}`);
+          if (!opts.dryRun && report.failed.length === 0) {
+            lines.push(
+              opts.to === 's3'
+                ? 'Every object is in the bucket: start the server with these S3_* variables. The local files are left as they were.'
+                : 'Every object is under DATA_DIR/objects: start the server without S3_BUCKET. The bucket is left as it was.',
+            );
+          }
+          return {
+            human: lines.join('\n'),
+            json: { from: from.kind, to: to.kind, ...report },
+            failure:
+              report.failed.length > 0
+                ? `${report.failed.length} object(s) could not be moved: run the command again to retry them`
+                : undefined,
+          };
+        } finally {
+          s3.client.destroy(); // its sockets: the command may run inside a longer process (tests)
         }
-        for (const f of report.failed.slice(0, 10)) lines.push(`failed: ${f.key}: ${f.error}`);
-        if (!opts.dryRun && report.failed.length === 0) {
-          lines.push(
-            opts.to === 's3'
-              ? 'Every object is in the bucket: start the server with these S3_* variables. The local files are left as they were.'
-              : 'Every object is under DATA_DIR/objects: start the server without S3_BUCKET. The bucket is left as it was.',
-          );
-        }
-        return {
-          human: lines.join('\n'),
-          json: { from: from.kind, to: to.kind, ...report },
-          failure:
-            report.failed.length > 0
-              ? `${report.failed.length} object(s) could not be moved: run the command again to retry them`
-              : undefined,
-        };
       }),
     );
 }

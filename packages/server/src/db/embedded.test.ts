@@ -4,7 +4,14 @@ import path from 'node:path';
 import pg from 'pg';
 import { afterEach, describe, expect, inject, it } from 'vitest';
 import { createServer } from '../server.js';
-import { type EmbeddedPostgres, type EmbeddedThread, LOCK_FILE, startEmbeddedPostgres } from './embedded.js';
+import {
+  type EmbeddedPostgres,
+  type EmbeddedThread,
+  findEmbeddedOwner,
+  LOCK_FILE,
+  lockHolder,
+  startEmbeddedPostgres,
+} from './embedded.js';
 import { EMBEDDED_EXTENSIONS } from './extensions.js';
 
 // The engine's thread is the embedded database's own concern; the PostgreSQL server runs none.
@@ -129,6 +136,25 @@ describe.runIf(embedded)('the embedded database in a worker thread (decision 003
     await expect(first.query('select 1')).rejects.toThrow('The embedded database is closed');
     const again = await start({ dataDir: dir, thread: 'worker' });
     expect((await again.query('select n from kept')).rows).toEqual([{ n: 7 }]);
+  });
+
+  it('takes over a lock naming this process that it does not hold; attaches to one it holds', async () => {
+    const dir = dataDir();
+    const lock = path.join(dir, LOCK_FILE);
+    // Left by an earlier process with the same pid (a restarted container): stale.
+    fs.writeFileSync(lock, JSON.stringify({ pid: process.pid, socketDir: dir, port: 5432, startedAt: '' }));
+    expect(lockHolder(dir)).toBeUndefined();
+    expect(await findEmbeddedOwner(dir, { waitMs: 0 })).toBeUndefined();
+    const owner = await start({ dataDir: dir, thread: 'main' });
+    // Held by this process: a second opener here connects through the socket, never opens the files.
+    expect(lockHolder(dir)).toMatchObject({ pid: process.pid, socketDir: owner.socketDir });
+    expect(await findEmbeddedOwner(dir, { waitMs: 0 })).toMatchObject({ pid: process.pid, port: owner.port });
+    await expect(startEmbeddedPostgres({ dataDir: dir, thread: 'main' })).rejects.toThrow(
+      `is already open in process ${process.pid}`,
+    );
+    expect(lockHolder(dir)).toMatchObject({ socketDir: owner.socketDir }); // the refused start left the lock
+    await owner.close();
+    expect(lockHolder(dir)).toBeUndefined();
   });
 
   it('is where a server on a data directory runs its engine: a worker by default, EMBEDDED_DATABASE_THREAD=main its own thread', async () => {

@@ -16,8 +16,8 @@ import type { EmbeddedWorkerData, EmbeddedWorkerMessage, EmbeddedWorkerOp } from
  * The process that opens the data directory owns it and serves it to everybody else
  * (its own connection pool, the operator CLI, a second tool) over the Postgres wire
  * protocol on a unix socket, through @electric-sql/pglite-socket. A lock file in the data
- * directory names the owner's pid and socket, so a second process connects instead of
- * opening the files twice (which would corrupt them).
+ * directory names the owner's pid and socket, so a second opener (another process, or this
+ * one again) connects instead of opening the files twice (which would corrupt them).
  */
 export interface EmbeddedPostgres {
   /** Directory holding the `.s.PGSQL.<port>` socket: pass it as `host` to `pg`. */
@@ -69,6 +69,13 @@ function pickSocketDir(dataDir: string | undefined): { dir: string; temporary: b
   return { dir: fs.mkdtempSync(path.join(os.tmpdir(), 'aisuite-pg-')), temporary: true };
 }
 
+/**
+ * Lock files this process wrote and holds (its own open data directories). A lock naming this
+ * process's pid is live only when listed here; otherwise it is stale (a restarted container
+ * gets the same pid again).
+ */
+const heldHere = new Set<string>();
+
 function isAlive(pid: number): boolean {
   try {
     process.kill(pid, 0);
@@ -89,6 +96,11 @@ function canConnect(socketPath: string): Promise<boolean> {
   });
 }
 
+/** Whether the process named by a lock file still holds it (this process included). */
+function isLiveHolder(info: LockInfo, lockPath: string): boolean {
+  return info.pid === process.pid ? heldHere.has(path.resolve(lockPath)) : isAlive(info.pid);
+}
+
 function readLock(lockPath: string): LockInfo | undefined {
   try {
     return JSON.parse(fs.readFileSync(lockPath, 'utf8')) as LockInfo;
@@ -99,8 +111,9 @@ function readLock(lockPath: string): LockInfo | undefined {
 
 /** The live holder of `dataDir`'s lock, listening or not (undefined when free or stale). */
 export function lockHolder(dataDir: string): LockInfo | undefined {
-  const info = readLock(path.join(dataDir, LOCK_FILE));
-  return info && info.pid !== process.pid && isAlive(info.pid) ? info : undefined;
+  const lockPath = path.join(dataDir, LOCK_FILE);
+  const info = readLock(lockPath);
+  return info && isLiveHolder(info, lockPath) ? info : undefined;
 }
 
 export interface FindOwnerOptions {
@@ -123,7 +136,7 @@ export async function findEmbeddedOwner(
   const deadline = Date.now() + (opts.waitMs ?? 15_000);
   for (;;) {
     const info = readLock(lockPath);
-    if (!info || info.pid === process.pid || !isAlive(info.pid)) return undefined;
+    if (!info || !isLiveHolder(info, lockPath)) return undefined;
     if (await canConnect(path.join(info.socketDir, `.s.PGSQL.${info.port}`))) return info;
     if (Date.now() >= deadline) return undefined;
     await new Promise((r) => setTimeout(r, 100));
@@ -137,13 +150,15 @@ function acquireLock(dataDir: string, info: LockInfo): () => void {
       const fd = fs.openSync(lockPath, 'wx', PRIVATE_FILE_MODE);
       fs.writeSync(fd, JSON.stringify(info));
       fs.closeSync(fd);
+      heldHere.add(path.resolve(lockPath));
       return () => {
+        heldHere.delete(path.resolve(lockPath));
         if (readLock(lockPath)?.pid === info.pid) fs.rmSync(lockPath, { force: true });
       };
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
       const cur = readLock(lockPath);
-      if (cur && cur.pid !== info.pid && isAlive(cur.pid)) {
+      if (cur && isLiveHolder(cur, lockPath)) {
         throw new Error(
           `The embedded database in ${dataDir} is already open in process ${cur.pid}, which does ` +
             'not accept connections. Stop that process, or, if it is not an AI Suite process, ' +

@@ -35,6 +35,32 @@ export function runCliProcess(args: string[], env: Record<string, string | undef
   });
 }
 
+/**
+ * Runs the CLI in this process: `runCli` with captured output and an environment built as
+ * `cleanEnv` builds a child's (process.env is not touched). Unlike `src/cli/main.ts` it sets
+ * no umask (process-wide) and reads no stdin: cases about file modes of a database the CLI
+ * creates, stdin, or the entry point itself belong to `runCliProcess`. Each command closes the
+ * database it opened before `runCli` resolves.
+ */
+export async function runCliInProcess(
+  args: string[],
+  env: Record<string, string | undefined>,
+): Promise<CliResult> {
+  const { runCli } = await import('../cli/program.js');
+  let stdout = '';
+  let stderr = '';
+  const code = await runCli(['node', 'cli', ...args], {
+    stdout: (s) => {
+      stdout += s;
+    },
+    stderr: (s) => {
+      stderr += s;
+    },
+    env: cleanEnv(env),
+  });
+  return { code, stdout, stderr };
+}
+
 /** Starts `tsx src/main.ts` as a child process (the server as `pnpm start` runs it). */
 export function spawnServerProcess(env: Record<string, string | undefined>): ChildProcess {
   return spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
