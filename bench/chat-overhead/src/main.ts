@@ -13,6 +13,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { startCommand } from '@ai-suite/server/start-command';
+import { type CpuSplit, cpuSnapshot, cpuSplit } from './host-cpu.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const N1 = Number(process.env.BENCH_REQUESTS_C1 ?? 400);
@@ -159,7 +160,11 @@ function once(t: Target): Promise<{ ttfb: number; total: number }> {
   });
 }
 
+/** The processes whose CPU the c=50 runs split (`host-cpu.ts`); set once they are started. */
+let PIDS: Record<string, number | 'self' | undefined> = {};
+
 async function run(t: Target, total: number, concurrency: number) {
+  const cpu0 = concurrency > 1 ? cpuSnapshot(PIDS) : undefined;
   const ttfb: number[] = [];
   const times: number[] = [];
   let next = 0;
@@ -175,6 +180,7 @@ async function run(t: Target, total: number, concurrency: number) {
     }),
   );
   const seconds = Number(process.hrtime.bigint() - t0) / 1e9;
+  const cpu: CpuSplit | undefined = cpu0 ? cpuSplit(cpu0, cpuSnapshot(PIDS), total) : undefined;
   const pct = (xs: number[], p: number) => {
     const s = [...xs].sort((a, b) => a - b);
     return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))] as number;
@@ -186,6 +192,7 @@ async function run(t: Target, total: number, concurrency: number) {
     ttfbP99: pct(ttfb, 99),
     totalP50: pct(times, 50),
     totalP99: pct(times, 99),
+    cpu,
   };
 }
 
@@ -210,6 +217,7 @@ async function main() {
     LLM_MAX_RETRIES: '0',
   });
   const bare = await start('bare-proxy.ts', { UPSTREAM_URL: upstream.url });
+  PIDS = { load: 'self', upstream: upstream.child.pid, server: server.child.pid, bare: bare.child.pid };
   const messages = [{ role: 'user', content: 'Write twenty tokens.' }];
   const direct: Target = {
     url: new URL(`${upstream.url}/chat/completions`),
@@ -338,6 +346,24 @@ async function main() {
     if (OPENAI) {
       console.log(line(`/openai/chat/completions, c=1`, oc1));
       console.log(line(`/openai/chat/completions, c=50`, oc50));
+    }
+    // Where the host's CPU went in each c=50 run: the load, the upstream, the server, the bare
+    // proxy and PostgreSQL, per request; with the host's busy share of both cores.
+    if (d50.cpu) {
+      const ms = (r: typeof d50, k: string) => fmt(r.cpu?.perRequestMs[k] ?? 0, 3);
+      console.log('\n| c=50 run | load ms/req | upstream | server | bare proxy | PostgreSQL | host busy |');
+      console.log('|---|---|---|---|---|---|---|');
+      const runs: [string, typeof d50][] = [
+        ['direct', d50],
+        ['bare proxy', p50],
+        ['/chat', c50],
+        ...(OPENAI ? ([['/openai/chat/completions', oc50]] as [string, typeof d50][]) : []),
+      ];
+      for (const [name, r] of runs) {
+        console.log(
+          `| ${name} | ${ms(r, 'load')} | ${ms(r, 'upstream')} | ${ms(r, 'server')} | ${ms(r, 'bare')} | ${ms(r, 'database')} | ${fmt(r.cpu?.hostBusyPct ?? 0, 0)} % |`,
+        );
+      }
     }
     console.log(
       `\nadded TTFB at c=1: p50 ${fmt(result.concurrency1.addedTtfbP50Ms)} ms (target ≤ 3), p99 ${fmt(result.concurrency1.addedTtfbP99Ms)} ms (target ≤ 10)`,

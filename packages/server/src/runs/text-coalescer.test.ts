@@ -1,5 +1,5 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { coalesceWindowMs, DEFAULT_COALESCE_MS, TextCoalescer } from './text-coalescer.js';
+import { coalesceWindowMs, DEFAULT_COALESCE_MS, TextCoalescer, TextWindow } from './text-coalescer.js';
 
 describe('TextCoalescer', () => {
   beforeEach(() => {
@@ -78,5 +78,59 @@ describe('TextCoalescer', () => {
     // A blank setting is no setting (it used to read as 0: no merging at all).
     expect(coalesceWindowMs('')).toBe(DEFAULT_COALESCE_MS);
     expect(coalesceWindowMs('  ')).toBe(DEFAULT_COALESCE_MS);
+  });
+});
+
+describe('TextWindow', () => {
+  beforeEach(() => {
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'performance'] });
+  });
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  const collect = (windowMs: number) => {
+    const out: string[] = [];
+    return { out, w: new TextWindow(windowMs, (t) => out.push(t)) };
+  };
+
+  it('writes the first piece at once, gathers the rest until the window ends, and writes nothing empty', () => {
+    const { out, w } = collect(20);
+    w.push('');
+    expect(out).toEqual([]);
+    w.push('a');
+    expect(out).toEqual(['a']);
+    vi.advanceTimersByTime(2);
+    w.push('b');
+    vi.advanceTimersByTime(2);
+    w.push('c');
+    expect(out).toEqual(['a']);
+    vi.advanceTimersByTime(15); // 19 ms after 'a'
+    expect(out).toEqual(['a']);
+    vi.advanceTimersByTime(1);
+    expect(out).toEqual(['a', 'bc']);
+    // A quiet window later, the next piece goes out at once again.
+    vi.advanceTimersByTime(25);
+    w.push('d');
+    expect(out).toEqual(['a', 'bc', 'd']);
+    expect(w.take()).toBe('');
+  });
+
+  it('take hands over what waits and stops the timer: the caller sends it with the end', () => {
+    const { out, w } = collect(20);
+    w.push('a');
+    w.push('b');
+    w.push('c');
+    expect(w.take()).toBe('bc');
+    vi.advanceTimersByTime(100);
+    expect(out).toEqual(['a']);
+    expect(vi.getTimerCount()).toBe(0);
+  });
+
+  it('with a window of 0 every piece goes out as it comes', () => {
+    const { out, w } = collect(0);
+    for (const t of ['a', 'b', 'c']) w.push(t);
+    expect(out).toEqual(['a', 'b', 'c']);
+    expect(vi.getTimerCount()).toBe(0);
   });
 });

@@ -5,7 +5,8 @@
 export const DEFAULT_COALESCE_MS = 20;
 
 /**
- * A window setting (`AGENT_STREAM_COALESCE_MS`, `APP_CHAT_STREAM_COALESCE_MS`): ms ≥ 0, else
+ * A window setting (`AGENT_STREAM_COALESCE_MS`, `APP_CHAT_STREAM_COALESCE_MS`,
+ * `CHAT_STREAM_COALESCE_MS`): ms ≥ 0, else
  * (unset, blank, not a number, negative) the default.
  */
 export function coalesceWindowMs(value: string | undefined): number {
@@ -94,4 +95,57 @@ export class TextCoalescer {
     this.discard();
     throw err;
   }
+}
+
+/**
+ * `TextCoalescer`'s window for a writer that is synchronous (`/chat` and the OpenAI-compatible
+ * stream write straight to the socket): no promise per piece. A piece that comes when nothing
+ * went out for `windowMs` goes out at once (a reply's first text is never held back); later
+ * pieces gather until the window ends. `take` hands what waits to the caller, which sends it with
+ * whatever ends the stream (one write for the last text and the end). With `windowMs` 0 every
+ * piece goes out as it comes.
+ */
+export class TextWindow {
+  private pending = '';
+  private timer: NodeJS.Timeout | undefined;
+  private lastOut = Number.NEGATIVE_INFINITY;
+
+  constructor(
+    private readonly windowMs: number,
+    private readonly out: (text: string) => void,
+  ) {}
+
+  push(text: string): void {
+    if (text === '') return;
+    if (this.timer) {
+      this.pending += text;
+      return;
+    }
+    const now = performance.now();
+    const wait = this.lastOut + this.windowMs - now;
+    if (wait <= 0) {
+      this.lastOut = now;
+      this.out(text);
+      return;
+    }
+    this.pending = text;
+    this.timer = setTimeout(this.onWindowEnd, wait);
+  }
+
+  /** What waits, taken out (the window's timer stopped): `''` when nothing does. */
+  take(): string {
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = undefined;
+    const text = this.pending;
+    this.pending = '';
+    return text;
+  }
+
+  private readonly onWindowEnd = (): void => {
+    this.timer = undefined;
+    const text = this.pending;
+    this.pending = '';
+    this.lastOut = performance.now();
+    if (text !== '') this.out(text);
+  };
 }

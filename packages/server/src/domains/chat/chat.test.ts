@@ -119,6 +119,50 @@ describe('POST /chat streaming', () => {
       .toEqual([2, 8, 3, 14]);
   });
 
+  /** The body of a streamed `/chat` answer as the reads that brought it. */
+  const reads = (server: TestServer, json: unknown): Promise<string[]> =>
+    new Promise((resolve, reject) => {
+      const req = http.request(`${server.url}/api/v1/chat`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${ws.apiKey}` },
+      });
+      req.on('response', (res) => {
+        const got: string[] = [];
+        res.setEncoding('utf8');
+        res.on('data', (t: string) => got.push(t));
+        res.on('end', () => resolve(got));
+        res.on('error', reject);
+      });
+      req.on('error', reject);
+      req.end(JSON.stringify(json));
+    });
+
+  it('merges a fast reply over CHAT_STREAM_COALESCE_MS: the first token at once, the text exactly the reply', async () => {
+    const tokens = Array.from({ length: 12 }, (_, i) => `t${i} `);
+    // 12 chunks 5 ms apart (~60 ms): the default window (20 ms) leaves a handful of writes.
+    ts.fake.script({ text: tokens, paceMs: 5 });
+    const got = await reads(ts, { messages: [{ role: 'user', content: 'Count' }] });
+    expect(got.join('')).toBe(tokens.join(''));
+    expect(got[0]).toBe('t0 ');
+    expect(got.length).toBeGreaterThanOrEqual(2);
+    expect(got.length).toBeLessThanOrEqual(6);
+
+    // 0: one write per network read from the model (chunks 15 ms apart arrive one by one).
+    const plain = await startTestServer({
+      db: ts.db,
+      env: { ...fakeOpenAIEnv(ts.fake), RATE_LIMIT_CHAT: '1000', CHAT_STREAM_COALESCE_MS: '0' },
+    });
+    try {
+      ts.fake.script({ text: tokens, paceMs: 15 });
+      const each = await reads(plain, { messages: [{ role: 'user', content: 'Count' }] });
+      expect(each.join('')).toBe(tokens.join(''));
+      // A busy reader may find two writes in one read now and then; merging would leave ≤ 6.
+      expect(each.length).toBeGreaterThanOrEqual(9);
+    } finally {
+      await plain.close();
+    }
+  });
+
   it("refreshes the key's last_used_at in the admission statement, at most once a minute", async () => {
     const w = await createTestWorkspace(ts);
     const lastUsed = async () => {

@@ -11,6 +11,7 @@ import { jsonReader, readJsonBody } from '../../http/json-body.js';
 import { securityFor } from '../../http/openapi-security.js';
 import type { RawRouteModule } from '../../http/raw-routes.js';
 import { isAbortError } from '../../providers/abort.js';
+import { coalesceWindowMs, TextWindow } from '../../runs/text-coalescer.js';
 import { trackSse } from '../../telemetry/metrics.js';
 import { ChatRequestSchema } from './schema.js';
 import { ChatService, type PreparedChat } from './service.js';
@@ -40,6 +41,7 @@ type ChatRequestMessage = IncomingMessage & { requestId?: string; principal?: Pr
  */
 function chatHandler(deps: ServerDeps) {
   const service = new ChatService(deps);
+  const windowMs = chatStreamWindowMs(deps);
   return async (req: ChatRequestMessage, res: ServerResponse): Promise<void> => {
     const started = Date.now();
     const requestId = req.requestId ?? '';
@@ -98,11 +100,13 @@ function chatHandler(deps: ServerDeps) {
       res.writeHead(200, { ...STREAM_HEADERS, ...prepared.headers });
       trackSse(res);
     };
-    const onText = (text: string) => {
+    // Text within the window after a write gathers into the next one (the first is never held).
+    const text = new TextWindow(windowMs, (piece) => {
       if (clientGone) return;
       if (!headersSent) sendHeaders();
-      res.write(text);
-    };
+      res.write(piece);
+    });
+    const onText = (piece: string) => text.push(piece);
 
     let status: 'success' | 'error' | 'aborted' = 'success';
     let usage: { inputTokens: number; outputTokens: number } | undefined;
@@ -116,7 +120,10 @@ function chatHandler(deps: ServerDeps) {
       usage = result.usage.estimated ? undefined : result.usage;
       if (!clientGone) {
         if (!headersSent) sendHeaders();
-        res.end();
+        // The text still in the window and the end of the response in one write.
+        const rest = text.take();
+        if (rest) res.end(rest);
+        else res.end();
       } else status = 'aborted';
     } catch (err) {
       if (clientGone || isAbortError(err)) {
@@ -131,6 +138,8 @@ function chatHandler(deps: ServerDeps) {
         else sendError(res, appErr);
       }
     } finally {
+      // Text held in the window of a failed or abandoned stream is not sent.
+      text.take();
       // Every path past the checks records usage, even if the error handling above throws.
       service
         .record({
@@ -147,6 +156,14 @@ function chatHandler(deps: ServerDeps) {
     }
   };
 }
+
+/**
+ * `CHAT_STREAM_COALESCE_MS` (default 20): how long text that comes right after a write waits to
+ * go out with what follows it, on `/chat` and the OpenAI-compatible stream (0: one write per
+ * network read from the model). The cost of a stream is its writes (decision 0051).
+ */
+export const chatStreamWindowMs = (deps: ServerDeps) =>
+  coalesceWindowMs(deps.config.env.CHAT_STREAM_COALESCE_MS);
 
 const errorResponse = (description: string) => ({ description });
 

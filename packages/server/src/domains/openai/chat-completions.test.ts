@@ -86,6 +86,27 @@ describe('POST /openai/chat/completions with the official openai client', () => 
     expect(text).not.toContain('"usage"');
   });
 
+  it("merges a fast reply's text into fewer deltas over CHAT_STREAM_COALESCE_MS, the first token at once", async () => {
+    const tokens = Array.from({ length: 12 }, (_, i) => `t${i} `);
+    ts.fake.script({ text: tokens, paceMs: 5, usage: { prompt_tokens: 4, completion_tokens: 12 } });
+    const stream = await client.chat.completions.create({
+      model: 'fake-chat',
+      messages: [{ role: 'user', content: 'Count' }],
+      stream: true,
+      stream_options: { include_usage: true },
+    });
+    const chunks: OpenAI.Chat.Completions.ChatCompletionChunk[] = [];
+    for await (const c of stream) chunks.push(c);
+    const texts = chunks.map((c) => c.choices[0]?.delta.content).filter((t) => t);
+    expect(chunks[0]?.choices[0]?.delta).toEqual({ role: 'assistant', content: '' });
+    expect(texts[0]).toBe('t0 ');
+    expect(texts.join('')).toBe(tokens.join(''));
+    expect(texts.length).toBeGreaterThanOrEqual(2);
+    expect(texts.length).toBeLessThanOrEqual(6);
+    expect(chunks.at(-2)?.choices[0]?.finish_reason).toBe('stop');
+    expect(chunks.at(-1)?.usage).toEqual({ prompt_tokens: 4, completion_tokens: 12, total_tokens: 16 });
+  });
+
   it('passes tools, tool_choice, parallel_tool_calls and the sampling options upstream; tool_calls come back', async () => {
     ts.fake.script({ toolCalls: [{ id: 'call_1', name: 'get_weather', arguments: '{"city":"Oslo"}' }] });
     const tools: OpenAI.Chat.Completions.ChatCompletionTool[] = [

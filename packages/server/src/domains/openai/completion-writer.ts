@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import type { ServerResponse } from 'node:http';
 import type { ToolCall, ToolCallDelta } from '../../providers/llm.js';
+import { TextWindow } from '../../runs/text-coalescer.js';
 import { type OpenAiError, openAiErrorBody } from './errors.js';
 
 export interface CompletionUsage {
@@ -66,8 +67,11 @@ export const STREAM_HEADERS: Record<string, string> = {
  * tool-call deltas, the chunk carrying `finish_reason`, the usage chunk when asked
  * (`stream_options.include_usage`: every chunk then carries `usage: null`), and `data: [DONE]`.
  * The chunk's constant prefix is serialised once per stream: a text delta costs one
- * `JSON.stringify` of its text and one `res.write`. Headers go out with the first chunk, so an
- * error before it is an ordinary error response.
+ * `JSON.stringify` of its text. Headers go out with the first chunk, so an error before it is an
+ * ordinary error response. Writes are what a stream costs (decision 0051): the role chunk goes
+ * out with the first delta, text within `windowMs` of a write gathers into one delta
+ * (`TextWindow`; the first text is never held back), and the last text, the finishing chunk, the
+ * usage and `[DONE]` leave in one write.
  */
 export class ChunkWriter {
   private readonly head: string;
@@ -76,43 +80,55 @@ export class ChunkWriter {
   private readonly headers: Record<string, string>;
   /** Tool-call indexes that have been announced (their first delta carries id and type). */
   private readonly announced = new Set<number>();
+  private readonly window: TextWindow;
 
   constructor(
     private readonly res: ServerResponse,
     private readonly model: string,
     private readonly includeUsage: boolean,
     headers: Record<string, string>,
+    /** Text that comes within this many ms of a write waits for the next one (0: none waits). */
+    windowMs = 0,
     readonly id = newCompletionId(),
     private readonly created = Math.floor(Date.now() / 1000),
   ) {
     this.head = `data: {"id":"${id}","object":"chat.completion.chunk","created":${created},"model":${JSON.stringify(model)},"system_fingerprint":null,"choices":[{"index":0,"delta":`;
     this.tail = includeUsage ? '}],"usage":null}\n\n' : '}]}\n\n';
     this.headers = { ...STREAM_HEADERS, ...headers };
+    this.window = new TextWindow(windowMs, (text) => {
+      // The window's timer may end after the client left.
+      if (!this.res.destroyed) this.res.write(this.opening() + this.textEvent(text));
+    });
   }
 
   get headersSent(): boolean {
     return this.started;
   }
 
-  private start(): void {
-    if (this.started) return;
+  /** The headers (sent with the next write) and the role chunk, once; `''` afterwards. */
+  private opening(): string {
+    if (this.started) return '';
     this.started = true;
     this.res.writeHead(200, this.headers);
-    this.res.write(
-      `${this.head}{"role":"assistant","content":""},"logprobs":null,"finish_reason":null${this.tail}`,
-    );
+    return `${this.head}{"role":"assistant","content":""},"logprobs":null,"finish_reason":null${this.tail}`;
+  }
+
+  private textEvent(text: string): string {
+    return `${this.head}{"content":${JSON.stringify(text)}},"logprobs":null,"finish_reason":null${this.tail}`;
+  }
+
+  /** The role chunk and the text waiting in the window (sent before anything else goes out). */
+  private before(): string {
+    const waiting = this.window.take();
+    return this.opening() + (waiting === '' ? '' : this.textEvent(waiting));
   }
 
   text(text: string): void {
-    this.start();
-    this.res.write(
-      `${this.head}{"content":${JSON.stringify(text)}},"logprobs":null,"finish_reason":null${this.tail}`,
-    );
+    this.window.push(text);
   }
 
-  /** One fragment of a tool call, as the model streamed it. */
+  /** One fragment of a tool call, as the model streamed it (text before it goes out first). */
   toolDelta(d: ToolCallDelta): void {
-    this.start();
     const first = !this.announced.has(d.index);
     if (first) this.announced.add(d.index);
     const fn: Record<string, string> = {};
@@ -125,7 +141,7 @@ export class ChunkWriter {
       function: fn,
     };
     this.res.write(
-      `${this.head}{"tool_calls":[${JSON.stringify(call)}]},"logprobs":null,"finish_reason":null${this.tail}`,
+      `${this.before()}${this.head}{"tool_calls":[${JSON.stringify(call)}]},"logprobs":null,"finish_reason":null${this.tail}`,
     );
   }
 
@@ -134,10 +150,9 @@ export class ChunkWriter {
     this.toolDelta({ index, id: t.id, name: t.name, arguments: t.arguments });
   }
 
-  /** The finishing chunk, the usage chunk when asked, and `[DONE]`; ends the response. */
+  /** The last text, the finishing chunk, the usage chunk when asked and `[DONE]`, in one write. */
   finish(finishReason: string, usage: CompletionUsage): void {
-    this.start();
-    let out = `${this.head}{},"logprobs":null,"finish_reason":${JSON.stringify(finishReason)}${this.tail}`;
+    let out = `${this.before()}${this.head}{},"logprobs":null,"finish_reason":${JSON.stringify(finishReason)}${this.tail}`;
     if (this.includeUsage) {
       out += `data: {"id":"${this.id}","object":"chat.completion.chunk","created":${this.created},"model":${JSON.stringify(this.model)},"system_fingerprint":null,"choices":[],"usage":${JSON.stringify(usage)}}\n\n`;
     }
@@ -147,10 +162,17 @@ export class ChunkWriter {
 
   /**
    * A failure after the stream opened: an `error` event (the official clients raise it as an
-   * API error), then the end, without `[DONE]`, so no client takes the reply for complete.
+   * API error), then the end, without `[DONE]`, so no client takes the reply for complete. Text
+   * still in the window is dropped.
    */
   fail(err: OpenAiError): void {
+    this.window.take();
     if (!this.started) return;
     this.res.end(`data: ${JSON.stringify(openAiErrorBody(err))}\n\n`);
+  }
+
+  /** Stops the window's timer (the client left): nothing more is written. */
+  close(): void {
+    this.window.take();
   }
 }

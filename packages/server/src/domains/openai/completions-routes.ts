@@ -5,6 +5,7 @@ import { AppError, appError } from '../../errors/index.js';
 import { jsonReader, readJsonBody } from '../../http/json-body.js';
 import { isAbortError } from '../../providers/abort.js';
 import type { ModelInfo } from '../../providers/llm.js';
+import { chatStreamWindowMs } from '../chat/routes.js';
 import { type ChatParse, ChatService, type PreparedChat } from '../chat/service.js';
 import { agentCompletion } from './agent-routes.js';
 import { type CompletionRequest, parseCompletionRequest } from './chat-request.js';
@@ -36,6 +37,7 @@ export function resolveChatModel(deps: ServerDeps, id: string): ModelInfo {
 export function completionsHandler(deps: ServerDeps) {
   const service = new ChatService(deps);
   const reader = jsonReader(COMPLETIONS_BODY_LIMIT);
+  const windowMs = chatStreamWindowMs(deps);
   return async (req: OpenAiRequest, res: ServerResponse): Promise<void> => {
     const started = Date.now();
     const requestId = req.requestId ?? '';
@@ -105,7 +107,7 @@ export function completionsHandler(deps: ServerDeps) {
     let toolChars = 0;
     let status: 'success' | 'error' | 'aborted' = 'success';
     let usage: { inputTokens: number; outputTokens: number } | undefined;
-    const writer = r.stream ? new ChunkWriter(res, r.model, r.includeUsage, headers) : undefined;
+    const writer = r.stream ? new ChunkWriter(res, r.model, r.includeUsage, headers, windowMs) : undefined;
     if (clientGone) {
       // Gone before the model was called: nothing was sent upstream; only the quota
       // reservation, if one was taken, is given back (through an empty usage record).
@@ -172,6 +174,8 @@ export function completionsHandler(deps: ServerDeps) {
           if (writer?.headersSent) writer.fail(e);
           else sendOpenAiError(res, e);
         }
+      } finally {
+        writer?.close();
       }
     }
     // Every path past the checks records usage.
