@@ -6,6 +6,8 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import {
   createTestSession,
   createTestWorkspace,
+  fakeOpenAIEnv,
+  startTestServer,
   startTestServerWithFakeModel,
   type TestWorkspace,
 } from '../../test/harness.js';
@@ -86,25 +88,71 @@ describe('POST /openai/chat/completions with the official openai client', () => 
     expect(text).not.toContain('"usage"');
   });
 
-  it("merges a fast reply's text into fewer deltas over CHAT_STREAM_COALESCE_MS, the first token at once", async () => {
-    const tokens = Array.from({ length: 12 }, (_, i) => `t${i} `);
-    ts.fake.script({ text: tokens, paceMs: 5, usage: { prompt_tokens: 4, completion_tokens: 12 } });
+  it("merges a reply's text over CHAT_STREAM_COALESCE_MS: the first token at once, the rest with the end", async () => {
+    // A window far longer than the reply: however late the fake's timers fire on a busy
+    // machine, the first token goes alone and the rest leaves with the finishing chunk.
+    const windowed = await startTestServer({
+      db: ts.db,
+      env: { ...fakeOpenAIEnv(ts.fake), RATE_LIMIT_CHAT: '1000', CHAT_STREAM_COALESCE_MS: '1000' },
+    });
+    try {
+      const tokens = Array.from({ length: 12 }, (_, i) => `t${i} `);
+      ts.fake.script({ text: tokens, paceMs: 5, usage: { prompt_tokens: 4, completion_tokens: 12 } });
+      const c = new OpenAI({ baseURL: `${windowed.url}/api/v1/openai`, apiKey: ws.apiKey, maxRetries: 0 });
+      const stream = await c.chat.completions.create({
+        model: 'fake-chat',
+        messages: [{ role: 'user', content: 'Count' }],
+        stream: true,
+        stream_options: { include_usage: true },
+      });
+      const chunks: OpenAI.Chat.Completions.ChatCompletionChunk[] = [];
+      for await (const chunk of stream) chunks.push(chunk);
+      const texts = chunks.map((x) => x.choices[0]?.delta.content).filter((t) => t);
+      expect(chunks[0]?.choices[0]?.delta).toEqual({ role: 'assistant', content: '' });
+      expect(texts[0]).toBe('t0 ');
+      expect(texts.join('')).toBe(tokens.join(''));
+      expect(texts.length).toBeLessThanOrEqual(3);
+      expect(chunks.at(-2)?.choices[0]?.finish_reason).toBe('stop');
+      expect(chunks.at(-1)?.usage).toEqual({ prompt_tokens: 4, completion_tokens: 12, total_tokens: 16 });
+    } finally {
+      await windowed.close();
+    }
+  });
+
+  it('sends the text waiting in the window before a tool call that follows it', async () => {
+    const tokens = Array.from({ length: 6 }, (_, i) => `w${i} `);
+    ts.fake.script({
+      text: tokens,
+      paceMs: 3,
+      toolCalls: [{ id: 'call_w', name: 'lookup', arguments: '{"q":"x"}' }],
+    });
     const stream = await client.chat.completions.create({
       model: 'fake-chat',
-      messages: [{ role: 'user', content: 'Count' }],
+      messages: [{ role: 'user', content: 'Look it up' }],
+      tools: [{ type: 'function', function: { name: 'lookup', parameters: { type: 'object' } } }],
       stream: true,
-      stream_options: { include_usage: true },
     });
-    const chunks: OpenAI.Chat.Completions.ChatCompletionChunk[] = [];
-    for await (const c of stream) chunks.push(c);
-    const texts = chunks.map((c) => c.choices[0]?.delta.content).filter((t) => t);
-    expect(chunks[0]?.choices[0]?.delta).toEqual({ role: 'assistant', content: '' });
-    expect(texts[0]).toBe('t0 ');
-    expect(texts.join('')).toBe(tokens.join(''));
-    expect(texts.length).toBeGreaterThanOrEqual(2);
-    expect(texts.length).toBeLessThanOrEqual(6);
-    expect(chunks.at(-2)?.choices[0]?.finish_reason).toBe('stop');
-    expect(chunks.at(-1)?.usage).toEqual({ prompt_tokens: 4, completion_tokens: 12, total_tokens: 16 });
+    const kinds: string[] = [];
+    let text = '';
+    let args = '';
+    let finish: string | null | undefined;
+    for await (const c of stream) {
+      const d = c.choices[0]?.delta;
+      if (d?.content) {
+        kinds.push('text');
+        text += d.content;
+      }
+      if (d?.tool_calls) {
+        kinds.push('tool');
+        args += d.tool_calls[0]?.function?.arguments ?? '';
+      }
+      finish = c.choices[0]?.finish_reason ?? finish;
+    }
+    expect(text).toBe(tokens.join(''));
+    expect(args).toBe('{"q":"x"}');
+    expect(finish).toBe('tool_calls');
+    // Every piece of text before the first fragment of the call.
+    expect(kinds.lastIndexOf('text')).toBeLessThan(kinds.indexOf('tool'));
   });
 
   it('passes tools, tool_choice, parallel_tool_calls and the sampling options upstream; tool_calls come back', async () => {
