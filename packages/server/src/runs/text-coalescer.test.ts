@@ -1,14 +1,15 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { coalesceWindowMs, DEFAULT_COALESCE_MS, TextCoalescer, TextWindow } from './text-coalescer.js';
 
-describe('TextCoalescer', () => {
-  beforeEach(() => {
-    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'performance'] });
-  });
-  afterEach(() => {
-    vi.useRealTimers();
-  });
+// Both windows run on fake timers (the clock they read included).
+beforeEach(() => {
+  vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'performance'] });
+});
+afterEach(() => {
+  vi.useRealTimers();
+});
 
+describe('TextCoalescer', () => {
   const collect = (windowMs: number) => {
     const out: string[] = [];
     const c = new TextCoalescer(windowMs, async (t) => {
@@ -82,13 +83,6 @@ describe('TextCoalescer', () => {
 });
 
 describe('TextWindow', () => {
-  beforeEach(() => {
-    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'performance'] });
-  });
-  afterEach(() => {
-    vi.useRealTimers();
-  });
-
   const collect = (windowMs: number) => {
     const out: string[] = [];
     return { out, w: new TextWindow(windowMs, (t) => out.push(t)) };
