@@ -1,5 +1,12 @@
 import type { GenerationMeter } from '../metering/types.js';
-import type { ChatRequest, ChatResult, LlmProvider, LlmUsage, ToolCall } from '../providers/llm.js';
+import type {
+  ChatRequest,
+  ChatResult,
+  ChatStreamPart,
+  LlmProvider,
+  LlmUsage,
+  ToolCall,
+} from '../providers/llm.js';
 import { estimateTokens, messageChars } from '../providers/tokens.js';
 
 /** How a metered generation ended, as its usage record says. */
@@ -86,16 +93,10 @@ export class MeteredCall {
     let ended = false;
     try {
       for await (const part of this.llm.stream(this.begin(req))) {
-        if (part.type === 'text' && part.text) {
-          this.text += part.text;
-          yield toEvent(part.text);
-          if (meter?.addStreamedChars(part.text.length)) await meter.check();
-        } else if (part.type === 'tool_call') {
-          this.toolCalls.push(part.call);
-        } else if (part.type === 'usage') {
-          this.usage = part.usage;
-          meter?.addUsage(part.usage);
-        }
+        const text = this.take(part);
+        if (!text) continue;
+        yield toEvent(text);
+        if (meter?.addStreamedChars(text.length)) await meter.check();
       }
       ended = true;
     } catch (err) {
@@ -117,18 +118,26 @@ export class MeteredCall {
   ): Promise<void> {
     const meter = this.meter;
     for await (const part of this.llm.stream(this.begin(req))) {
-      if (part.type === 'text' && part.text) {
-        this.text += part.text;
-        const pending = onText(part.text);
-        if (pending) await pending;
-        if (meter?.addStreamedChars(part.text.length)) await meter.check();
-      } else if (part.type === 'tool_call') {
-        this.toolCalls.push(part.call);
-      } else if (part.type === 'usage') {
-        this.usage = part.usage;
-        meter?.addUsage(part.usage);
-      }
+      const text = this.take(part);
+      if (!text) continue;
+      const pending = onText(text);
+      if (pending) await pending;
+      if (meter?.addStreamedChars(text.length)) await meter.check();
     }
+  }
+
+  /** Takes one part of the reply: a tool call or the usage (added to the meter), or text, returned ('' otherwise). */
+  private take(part: ChatStreamPart): string {
+    if (part.type === 'text') {
+      if (part.text) this.text += part.text;
+      return part.text ?? '';
+    }
+    if (part.type === 'tool_call') this.toolCalls.push(part.call);
+    else if (part.type === 'usage') {
+      this.usage = part.usage;
+      this.meter?.addUsage(part.usage);
+    }
+    return '';
   }
 
   /**

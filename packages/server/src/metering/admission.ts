@@ -12,6 +12,24 @@ import type { KeyAdmission, RateLimitBucket } from './types.js';
 export const RESERVATION_TTL_SECONDS = 900;
 
 /**
+ * The quota reservation's CTEs over `k` (`workspace_id`, `quota`, `cs`): `res` adds `?::bigint`
+ * tokens to the cycle's reserved count for the rows of `k` meeting `where` (its own `?`
+ * parameters next), only while used plus reserved is below the quota; `resrow` records the
+ * reservation (`?::uuid`, `?::bigint`) that the usage record releases.
+ */
+const reservationCtes = (where: string) => `res as (
+         insert into workspace_token_usage as t (workspace_id, cycle_start, tokens, reserved)
+         select k.workspace_id, k.cs, 0, ?::bigint from k where ${where}
+         on conflict (workspace_id, cycle_start) do update set reserved = t.reserved + excluded.reserved
+          where t.tokens + t.reserved < (select quota from k)
+         returning workspace_id, cycle_start
+       ), resrow as (
+         insert into token_reservations (id, workspace_id, cycle_start, tokens, expires_at)
+         select ?::uuid, workspace_id, cycle_start, ?::bigint, now() + interval '${RESERVATION_TTL_SECONDS} seconds'
+           from res
+       )`;
+
+/**
  * The up-front checks of a token-metered API-key request (`POST /chat`) in ONE statement:
  * resolves the key (active key of an active workspace; refreshes `last_used_at` at most once
  * a minute), takes a unit from the workspace's rate-limit bucket when `admit` is set (an
@@ -54,19 +72,7 @@ export async function admitKeyRequest(
                 w.monthly_token_quota as quota, ${CYCLE_START_SQL('w.billing_cycle_anchor')} as cs
            from ${API_KEY_FROM} cross join async_commit
           where ${ACTIVE_API_KEY_WHERE}
-       ), ${TOUCH_API_KEY_CTE}, ${rateLimitCte('?::boolean', sharded)}, res as (
-         insert into workspace_token_usage as t (workspace_id, cycle_start, tokens, reserved)
-         select k.workspace_id, k.cs, 0, ?::bigint from k
-          where ?::boolean and k.quota is not null and k.quota > 0
-            and (not ?::boolean or (select hits from rl) <= ?::int)
-         on conflict (workspace_id, cycle_start) do update set reserved = t.reserved + excluded.reserved
-          where t.tokens + t.reserved < (select quota from k)
-         returning workspace_id, cycle_start
-       ), resrow as (
-         insert into token_reservations (id, workspace_id, cycle_start, tokens, expires_at)
-         select ?::uuid, workspace_id, cycle_start, ?::bigint, now() + interval '${RESERVATION_TTL_SECONDS} seconds'
-           from res
-       )
+       ), ${TOUCH_API_KEY_CTE}, ${rateLimitCte('?::boolean', sharded)}, ${reservationCtes('?::boolean and k.quota is not null and k.quota > 0 and (not ?::boolean or (select hits from rl) <= ?::int)')}
        select k.*, rl.hits, rl.reset_in, exists (select 1 from res) as reserved
          from k
          left join rl on true`,
@@ -112,17 +118,7 @@ export async function reserveQuota(
     `with k as (
          select w.id as workspace_id, w.monthly_token_quota as quota, ${CYCLE_START_SQL('w.billing_cycle_anchor')} as cs
            from workspaces w where w.id = ?
-       ), res as (
-         insert into workspace_token_usage as t (workspace_id, cycle_start, tokens, reserved)
-         select k.workspace_id, k.cs, 0, ?::bigint from k where k.quota is not null and k.quota > 0
-         on conflict (workspace_id, cycle_start) do update set reserved = t.reserved + excluded.reserved
-          where t.tokens + t.reserved < (select quota from k)
-         returning workspace_id, cycle_start
-       ), resrow as (
-         insert into token_reservations (id, workspace_id, cycle_start, tokens, expires_at)
-         select ?::uuid, workspace_id, cycle_start, ?::bigint, now() + interval '${RESERVATION_TTL_SECONDS} seconds'
-           from res
-       )
+       ), ${reservationCtes('k.quota is not null and k.quota > 0')}
        select k.quota, k.cs, exists (select 1 from res) as reserved from k`,
     [workspaceId, tokens, reservationId, tokens],
   );
