@@ -103,7 +103,7 @@ export async function createServer(opts: CreateServerOptions = {}): Promise<AiSu
     throw err;
   }
   const runs = createRunEngine({ config, log, em, sql: db.sql, onSweep: () => metering.settleExpired() });
-  const poolMetering = metering.using(db.sql, { batchUsage: true });
+  const poolMetering = metering.using(db.sql, { batchUsage: true, batchAdmissions: true });
   const deps: ServerDeps = { config, db, log, em, identity, ...ai, metering, poolMetering, objects, runs };
   registerAgentRuntime(deps);
   const autonomous = registerAutonomousRuns(deps);

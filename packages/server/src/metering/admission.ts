@@ -5,7 +5,7 @@ import type { SqlExecutor } from '../db/sql.js';
 import { appError } from '../errors/index.js';
 import { CYCLE_START_SQL } from './cycle.js';
 import { rateLimitCte, rateLimitCteParams, rateLimitHeaders, shardedRateLimit } from './rate-limit.js';
-import type { MeteringSettings } from './settings.js';
+import type { MeteringSettings, RateLimitRule } from './settings.js';
 import type { KeyAdmission, RateLimitBucket } from './types.js';
 
 /** How long a `/chat` quota reservation counts if its process dies before releasing it. */
@@ -90,14 +90,41 @@ export async function admitKeyRequest(
   const row = rows[0];
   if (!row) return undefined;
   const reserved = row.reserved === true || String(row.reserved) === 't' || String(row.reserved) === 'true';
+  return admissionOf(row, { limited, rule, bucket, reservationId: reserved ? reservationId : null });
+}
+
+/**
+ * A `KeyAdmission` from an admission statement's row: `hits` and `reset_in` are the rate-limit
+ * window's (read when `limited`), and a request of a workspace with a quota (`quota` not null)
+ * without a reservation is refused by `quota()`.
+ */
+export function admissionOf(
+  row: {
+    id: string;
+    name: string | null;
+    workspace_id: string;
+    workspace_name: string;
+    quota: string | null;
+    cs: Date | string;
+    hits: number | null;
+    reset_in: string | number | null;
+  },
+  o: {
+    limited: boolean;
+    rule: RateLimitRule | undefined;
+    bucket: RateLimitBucket;
+    reservationId: string | null;
+  },
+): KeyAdmission {
+  const { limited, rule, bucket, reservationId } = o;
   return {
     principal: apiKeyPrincipal(row),
     cycleStart: new Date(row.cs),
-    reservationId: reserved ? reservationId : null,
+    reservationId,
     limit: () =>
       limited && rule ? rateLimitHeaders(rule, Number(row.hits), Number(row.reset_in), bucket) : {},
     quota: () => {
-      if (row.quota !== null && !reserved) throw appError('TOKEN_LIMIT_EXCEEDED');
+      if (row.quota !== null && reservationId === null) throw appError('TOKEN_LIMIT_EXCEEDED');
     },
   };
 }

@@ -6,8 +6,9 @@ import type { MeteringSettings, RateLimitRule } from './settings.js';
 import type { RateLimitBucket } from './types.js';
 
 /**
- * The fixed-window counter as one upsert: `rows` yields `(key, window_start, 1)` (placeholders:
- * the key, then the window length twice via `RATE_LIMIT_WINDOW_START`), and the RETURNING
+ * The fixed-window counter as one upsert: `rows` yields `(key, window_start, units)` (placeholders:
+ * the key, then the window length twice via `RATE_LIMIT_WINDOW_START`), one row per key; the
+ * units are added to the window's count (a new window starts at them), and the RETURNING
  * clause adds the hits and the seconds to the window's end (one more window-length placeholder).
  */
 export const RATE_LIMIT_WINDOW_START = 'to_timestamp(floor(extract(epoch from now()) / ?) * ?)';
@@ -17,7 +18,7 @@ export const rateLimitUpsert = (
 ) => `insert into rate_limit_windows as r (key, window_start, hits)
        ${rows}
        on conflict (key) do update set
-         hits = case when r.window_start = excluded.window_start then r.hits + 1 else 1 end,
+         hits = case when r.window_start = excluded.window_start then r.hits + excluded.hits else excluded.hits end,
          window_start = excluded.window_start
        returning ${returning}, extract(epoch from (window_start - now())) + ? as reset_in`;
 const RATE_LIMIT_UPSERT = rateLimitUpsert(`values (?, ${RATE_LIMIT_WINDOW_START}, 1)`);
@@ -59,6 +60,9 @@ export const rateLimitCte = (where: string, sharded: boolean): string =>
          ${rateLimitUpsert(`select ? || k.workspace_id::text, ${RATE_LIMIT_WINDOW_START}, 1 from k where ${where}`)}
        )`;
 
+/** The suffix of the shard a sharded admission takes its unit on, picked at random. */
+export const shardSuffix = (): string => `:s${randomInt(RATE_LIMIT_SHARDS)}`;
+
 /** `rateLimitCte`'s parameters: the bucket's key prefix (`agent_message:`), `where`'s own. */
 export const rateLimitCteParams = (
   prefix: string,
@@ -69,7 +73,7 @@ export const rateLimitCteParams = (
   sharded
     ? [
         prefix,
-        `:s${randomInt(RATE_LIMIT_SHARDS)}`,
+        shardSuffix(),
         windowSeconds,
         windowSeconds,
         ...whereParams,

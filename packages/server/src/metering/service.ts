@@ -3,6 +3,7 @@ import { appError } from '../errors/index.js';
 import type { ModelInfo } from '../providers/llm.js';
 import { countCreditsDebited } from '../telemetry/metrics.js';
 import * as admission from './admission.js';
+import { ADMISSION_BATCH_MAX, AdmissionBatcher } from './admission-batch.js';
 import * as credits from './credits.js';
 import { OutputEstimator } from './estimator.js';
 import * as generation from './generation.js';
@@ -50,16 +51,22 @@ export class PgMetering implements Metering {
    * `batchUsage` gathers usage records into one statement per few milliseconds
    * (`UsageBatcher`). Call `close()` on it at shutdown to write what is pending.
    */
-  using(executor: SqlExecutor, opts: { batchUsage?: boolean } = {}): PgMetering {
+  using(executor: SqlExecutor, opts: { batchUsage?: boolean; batchAdmissions?: boolean } = {}): PgMetering {
     const m = new PgMetering(() => executor, this.settings, {
       estimator: this.estimator,
       leases: this.leases,
     });
     if (opts.batchUsage) m.batcher = new UsageBatcher((rows) => m.writeUsage(rows));
+    const max = this.settings.admissionBatchMax ?? ADMISSION_BATCH_MAX;
+    if (opts.batchAdmissions && max > 1) {
+      m.admissions = new AdmissionBatcher(() => executor, this.settings.rateLimits, max);
+    }
     return m;
   }
 
   private batcher: UsageBatcher | undefined;
+  /** Key admissions gathered while one is in flight (`AdmissionBatcher`), when `using` asked for it. */
+  private admissions: AdmissionBatcher | undefined;
 
   /** Writes the pending batched usage records (no-op without batching); stops the hold heartbeat. */
   async close(): Promise<void> {
@@ -200,6 +207,7 @@ export class PgMetering implements Metering {
     admit: boolean,
     reserveTokens = 1,
   ): Promise<KeyAdmission | undefined> {
+    if (this.admissions) return this.admissions.admit(keyHash, bucket, admit, reserveTokens);
     return admission.admitKeyRequest(
       this.db,
       this.settings.rateLimits,

@@ -21,6 +21,11 @@ export interface MeteringSettings {
    * `/chat` quota reservation (`FirstReplyGate`); 0 turns the wait off. Default 5000.
    */
   firstReplyWaitMs?: number;
+  /**
+   * Most `/chat` key admissions one statement takes while another is in flight
+   * (`AdmissionBatcher`); 1 gives each request its own statement. Default 64.
+   */
+  admissionBatchMax?: number;
 }
 
 const int = (v: string | undefined, name: string, fallback: number): number => {
@@ -64,5 +69,6 @@ export function meteringSettingsFromEnv(env: Record<string, string | undefined>)
     ),
     holdLeaseMs: leaseMs(env.RUN_LEASE_MS),
     firstReplyWaitMs: int(env.METERING_FIRST_REPLY_WAIT_MS, 'METERING_FIRST_REPLY_WAIT_MS', 5000),
+    admissionBatchMax: Math.max(1, int(env.METERING_ADMISSION_BATCH, 'METERING_ADMISSION_BATCH', 64)),
   };
 }

@@ -105,8 +105,8 @@ export interface Metering {
    * quota reservations; the run engine's sweep calls it.
    */
   settleExpired(): Promise<number>;
-  /** The same metering on another executor (the plain pool of `db/sql.ts`), usage batched or not. */
-  using(executor: SqlExecutor, opts?: { batchUsage?: boolean }): Metering;
+  /** The same metering on another executor (the plain pool of `db/sql.ts`), usage and key admissions batched or not. */
+  using(executor: SqlExecutor, opts?: { batchUsage?: boolean; batchAdmissions?: boolean }): Metering;
   /** Writes pending batched usage records (shutdown). */
   close(): Promise<void>;
   /** Current balance in micro-dollars. */
