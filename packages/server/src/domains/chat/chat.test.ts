@@ -1,4 +1,5 @@
 import http from 'node:http';
+import pg from 'pg';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import {
   createTestWorkspace,
@@ -405,12 +406,93 @@ describe('POST /chat metering', () => {
       expect(limited.headers.get('ratelimit-limit')).toBe('2');
       expect(limited.headers.get('ratelimit-remaining')).toBe('0');
       expect(limited.headers.get('ratelimit-reset')).toMatch(/^\d+$/);
-      expect(a.fake.requests).toHaveLength(2);
+      // `a` admitted the key with a unit left, so it may have started this request's model call
+      // before its admission said 429 (`EarlyCall`): at most that one call, nothing of it sent
+      // to the client (above) nor recorded.
+      expect(a.fake.requests.length).toBeLessThanOrEqual(3);
+      const records = async () =>
+        Number(
+          (
+            await a.server.deps
+              .em()
+              .execute<{ n: string }[]>('select count(*) as n from usage_records where workspace_id = ?', [
+                w.workspaceId,
+              ])
+          )[0]?.n,
+        );
+      await expect.poll(records).toBe(2);
+      // Forgotten on the refusal: the next request of the key on `a` calls nothing upstream.
+      const n = a.fake.requests.length;
+      expect((await chat({ messages: [{ role: 'user', content: 'hi' }] }, w.apiKey, a)).status).toBe(429);
+      expect(a.fake.requests).toHaveLength(n);
+      expect(await records()).toBe(2);
     } finally {
       await b.close();
       await a.close();
     }
   });
+
+  it('a key revoked after its admissions passed: 401 and nothing else; a model call started early is aborted, nothing recorded', async () => {
+    const w = await createTestWorkspace(ts);
+    const first = await chat({ messages: [{ role: 'user', content: 'hi' }] }, w.apiKey);
+    expect(first.status).toBe(200);
+    await first.text();
+    await sql('update api_keys set revoked_at = now() where id = ?', [w.keyId]);
+    const res = await chat({ messages: [{ role: 'user', content: 'hi' }] }, w.apiKey);
+    expect(res.status).toBe(401);
+    expect(await res.json()).toEqual({ error: 'Invalid API key' });
+    // At most the one early call, nothing of it sent to the client (above) nor recorded.
+    expect(ts.fake.requests.length).toBeLessThanOrEqual(2);
+    await usageFor(first.headers.get('x-request-id') as string);
+    const [count] = await sql<{ n: string }>(
+      'select count(*) as n from usage_records where workspace_id = ?',
+      [w.workspaceId],
+    );
+    expect(Number(count?.n)).toBe(1);
+    // Forgotten on the refusal: the next request of the key calls nothing upstream.
+    const n = ts.fake.requests.length;
+    expect((await chat({ messages: [{ role: 'user', content: 'hi' }] }, w.apiKey)).status).toBe(401);
+    expect(ts.fake.requests).toHaveLength(n);
+  });
+
+  // PostgreSQL only: a row lock held by another connection makes the admission statement wait
+  // (PGlite runs every connection in one session, where nothing waits for a lock).
+  it.skipIf(!process.env.DATABASE_URL)(
+    "starts a recently admitted key's model call while its admission statement runs; nothing reaches the client before it passes",
+    async () => {
+      const w = await createTestWorkspace(ts);
+      const warm = await chat({ messages: [{ role: 'user', content: 'hi' }] }, w.apiKey);
+      await warm.text();
+      ts.fake.reset();
+      ts.fake.script({ text: ['early', ' bird'], usage: { prompt_tokens: 3, completion_tokens: 2 } });
+      const lock = new pg.Client({ connectionString: ts.db.databaseUrl });
+      await lock.connect();
+      try {
+        await lock.query('begin');
+        await lock.query('select * from rate_limit_windows where key = $1 for update', [
+          `chat:${w.workspaceId}`,
+        ]);
+        let answered = false;
+        const pending = chat({ messages: [{ role: 'user', content: 'hi' }] }, w.apiKey).then((r) => {
+          answered = true;
+          return r;
+        });
+        // The model is called while the admission waits for the lock; the client has nothing yet.
+        await ts.fake.waitForRequests(1);
+        await expect.poll(() => ts.fake.requests[0]?.completed).toBe(true);
+        expect(answered).toBe(false);
+        await lock.query('commit');
+        const res = await pending;
+        expect(res.status).toBe(200);
+        expect(res.headers.get('ratelimit-remaining')).toBe('998');
+        expect(await res.text()).toBe('early bird');
+        const row = await usageFor(res.headers.get('x-request-id') as string);
+        expect([row.input_tokens, row.output_tokens, row.provider_status]).toEqual(['3', '2', 'success']);
+      } finally {
+        await lock.end();
+      }
+    },
+  );
 
   it('503 No AI model configured without a model, while the rest of the service works', async () => {
     const bare = await startTestServer();

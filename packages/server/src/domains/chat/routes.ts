@@ -11,8 +11,10 @@ import { jsonReader, readJsonBody } from '../../http/json-body.js';
 import { securityFor } from '../../http/openapi-security.js';
 import type { RawRouteModule } from '../../http/raw-routes.js';
 import { isAbortError } from '../../providers/abort.js';
+import type { LlmMessage, ModelInfo } from '../../providers/llm.js';
 import { coalesceWindowMs, TextWindow } from '../../runs/text-coalescer.js';
 import { trackSse } from '../../telemetry/metrics.js';
+import { EarlyCall } from './early-call.js';
 import { ChatRequestSchema } from './schema.js';
 import { ChatService, type PreparedChat } from './service.js';
 
@@ -56,6 +58,23 @@ function chatHandler(deps: ServerDeps) {
     });
     let principal: Principal;
     let prepared: PreparedChat;
+    const progress = { textChars: 0, started: false };
+    // The model call, when started before the admission answered (`EarlyCall`).
+    let early: EarlyCall | undefined;
+    const startEarly = (input: { model: ModelInfo; messages: LlmMessage[] }) => {
+      early = new EarlyCall(
+        (onText) =>
+          deps.llm.streamText(
+            { model: input.model, messages: input.messages, signal: ac.signal },
+            onText,
+            progress,
+            {
+              coalesce: true,
+            },
+          ),
+        () => ac.abort(),
+      );
+    };
     try {
       if ((req as Request).consoleApi) {
         // The web console's mount: the session, as every route there (decision 0025).
@@ -67,32 +86,44 @@ function chatHandler(deps: ServerDeps) {
         const apiKey = bearerToken(req.headers.authorization);
         if (!apiKey || !isWellFormedApiKey(apiKey)) throw appError('INVALID_API_KEY');
         const { body, error } = await readJsonBody(jsonBody, req, res);
-        ({ principal, prepared } = await service.prepare(apiKey, body, error, (p) => {
-          req.principal = p;
-        }));
+        ({ principal, prepared } = await service.prepare(
+          apiKey,
+          body,
+          error,
+          (p) => {
+            req.principal = p;
+          },
+          undefined,
+          startEarly,
+        ));
       }
     } catch (err) {
+      // A refused request's early call is aborted; nothing of it reaches the client.
+      void early?.cancel();
       sendError(res, toAppError(err));
       return;
     }
     if (clientGone) {
-      // Gone before the model was called: nothing was sent upstream; only the quota
-      // reservation, if one was taken, is given back (through an empty usage record).
-      if (prepared.reservationId)
-        service
-          .record({
-            principal,
-            requestId,
-            prepared,
-            status: 'aborted',
-            streamedChars: 0,
-            producedOutput: false,
-            latencyMs: Date.now() - started,
-          })
+      // Gone before the model's output was due: a call started early is aborted and what the
+      // model produced meanwhile is recorded; otherwise nothing was sent upstream and only the
+      // quota reservation, if one was taken, is given back (through an empty usage record).
+      const call = early;
+      if (call || prepared.reservationId)
+        void (call ? call.cancel() : Promise.resolve())
+          .then(() =>
+            service.record({
+              principal,
+              requestId,
+              prepared,
+              status: 'aborted',
+              streamedChars: progress.textChars,
+              producedOutput: progress.started,
+              latencyMs: Date.now() - started,
+            }),
+          )
           .catch((err: unknown) => deps.log.error({ err, requestId }, 'recording chat usage failed'));
       return;
     }
-    const progress = { textChars: 0, started: false };
     let headersSent = false;
     const sendHeaders = () => {
       headersSent = true;
@@ -111,12 +142,14 @@ function chatHandler(deps: ServerDeps) {
     let status: 'success' | 'error' | 'aborted' = 'success';
     let usage: { inputTokens: number; outputTokens: number } | undefined;
     try {
-      const result = await deps.llm.streamText(
-        { model: prepared.model, messages: prepared.messages, signal: ac.signal },
-        onText,
-        progress,
-        { coalesce: true },
-      );
+      const result = early
+        ? await early.release(onText)
+        : await deps.llm.streamText(
+            { model: prepared.model, messages: prepared.messages, signal: ac.signal },
+            onText,
+            progress,
+            { coalesce: true },
+          );
       usage = result.usage.estimated ? undefined : result.usage;
       if (!clientGone) {
         if (!headersSent) sendHeaders();

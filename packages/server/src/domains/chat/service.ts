@@ -6,9 +6,13 @@ import { estimatorKey } from '../../metering/estimator.js';
 import type { FirstReplyTicket } from '../../metering/first-reply.js';
 import type { LlmMessage, ModelInfo } from '../../providers/llm.js';
 import { estimateTokens, messageChars } from '../../providers/tokens.js';
+import { WarmKeys } from './early-call.js';
 import { type ChatRequestInput, parseChatRequest } from './schema.js';
 
 export const CHAT_ENDPOINT = '/chat';
+
+/** The keys of this process that may start their model call before admission answers. */
+const WARM = new WarmKeys();
 
 export interface PreparedChat {
   /** Endpoint of the usage record and of the reply-length estimate (`/chat` unless told). */
@@ -68,6 +72,12 @@ export class ChatService {
     onPrincipal?: (principal: Principal) => void,
     /** How the body is read (default: `/chat`'s rules). */
     how: ChatParse = this.native,
+    /**
+     * Called, before the admission statement answers, with a valid request of a key whose last
+     * admission here passed (`WarmKeys`): the route may start the model call then, holding its
+     * output until this resolves (`EarlyCall`). When this throws, the route cancels that call.
+     */
+    early?: (input: { model: ModelInfo; messages: LlmMessage[] }) => void,
   ): Promise<{ principal: Principal; prepared: PreparedChat }> {
     let invalid: AppError | undefined;
     let input: { messages: LlmMessage[] } | undefined;
@@ -85,17 +95,28 @@ export class ChatService {
     try {
       // The quota reservation: the prompt (~4 characters per token) plus the expected reply.
       const reserve = input && model ? this.reserveFor(input.messages, model, how.endpoint) : 1;
-      const admission = await this.deps.poolMetering.admitKeyRequest(
-        hashApiKey(apiKey),
-        'chat',
-        !invalid,
-        reserve,
-      );
-      if (!admission) throw appError('INVALID_API_KEY');
+      const keyHash = hashApiKey(apiKey);
+      const admitting = this.deps.poolMetering.admitKeyRequest(keyHash, 'chat', !invalid, reserve);
+      if (early && input && model && !invalid && WARM.take(keyHash))
+        early({ model, messages: input.messages });
+      const admission = await admitting;
+      if (!admission) {
+        WARM.forget(keyHash);
+        throw appError('INVALID_API_KEY');
+      }
       onPrincipal?.(admission.principal);
       if (invalid || !input || !model) throw invalid ?? appError('INVALID_REQUEST_BODY');
-      const headers = admission.limit();
-      admission.quota();
+      let headers: Record<string, string>;
+      try {
+        headers = admission.limit();
+        admission.quota();
+      } catch (err) {
+        WARM.forget(keyHash);
+        throw err;
+      }
+      // A reservation means a token quota: such a workspace's requests never start early.
+      if (admission.reservationId) WARM.forget(keyHash);
+      else WARM.admitted(keyHash, Number(headers['RateLimit-Remaining'] ?? Number.POSITIVE_INFINITY));
       return {
         principal: admission.principal,
         prepared: {

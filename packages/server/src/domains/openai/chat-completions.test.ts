@@ -2,6 +2,7 @@ import http from 'node:http';
 import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
 import { generateText, streamText } from 'ai';
 import OpenAI from 'openai';
+import pg from 'pg';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import {
   createTestSession,
@@ -468,6 +469,59 @@ describe('errors in OpenAI’s shape, costing nothing', () => {
       await limited.close();
     }
   });
+
+  // PostgreSQL only: a row lock held by another connection makes the admission statement wait
+  // (PGlite runs every connection in one session, where nothing waits for a lock).
+  it.skipIf(!process.env.DATABASE_URL)(
+    "streams a recently admitted key's reply started while its admission ran: text and tool call fragments in order, nothing before it passed",
+    async () => {
+      const w = await createTestWorkspace(ts);
+      const c = new OpenAI({ baseURL: `${ts.url}/api/v1/openai`, apiKey: w.apiKey, maxRetries: 0 });
+      await c.chat.completions.create({ model: 'fake-chat', messages: [{ role: 'user', content: 'warm' }] });
+      ts.fake.reset();
+      ts.fake.script({
+        text: ['Let me ', 'look.'],
+        toolCalls: [{ id: 'call_early', name: 'lookup', arguments: '{"q":"early"}' }],
+        usage: { prompt_tokens: 4, completion_tokens: 6 },
+      });
+      const lock = new pg.Client({ connectionString: ts.db.databaseUrl });
+      await lock.connect();
+      try {
+        await lock.query('begin');
+        await lock.query('select * from rate_limit_windows where key = $1 for update', [
+          `chat:${w.workspaceId}`,
+        ]);
+        let answered = false;
+        const pending = c.chat.completions
+          .create({
+            model: 'fake-chat',
+            messages: [{ role: 'user', content: 'x' }],
+            tools: [{ type: 'function', function: { name: 'lookup', parameters: { type: 'object' } } }],
+            stream: true,
+            stream_options: { include_usage: true },
+          })
+          .then((stream) => {
+            answered = true;
+            return stream;
+          });
+        await ts.fake.waitForRequests(1);
+        await expect.poll(() => ts.fake.requests[0]?.completed).toBe(true);
+        expect(answered).toBe(false);
+        await lock.query('commit');
+        const chunks: OpenAI.Chat.Completions.ChatCompletionChunk[] = [];
+        for await (const chunk of await pending) chunks.push(chunk);
+        expect(chunks[0]?.choices[0]?.delta.role).toBe('assistant');
+        expect(chunks.map((x) => x.choices[0]?.delta.content ?? '').join('')).toBe('Let me look.');
+        const calls = chunks.flatMap((x) => x.choices[0]?.delta.tool_calls ?? []);
+        expect(calls[0]).toMatchObject({ id: 'call_early', function: { name: 'lookup' } });
+        expect(calls.map((t) => t.function?.arguments ?? '').join('')).toBe('{"q":"early"}');
+        expect(chunks.at(-2)?.choices[0]?.finish_reason).toBe('tool_calls');
+        expect(chunks.at(-1)?.usage).toEqual({ prompt_tokens: 4, completion_tokens: 6, total_tokens: 10 });
+      } finally {
+        await lock.end();
+      }
+    },
+  );
 
   it('429 insufficient_quota once the monthly token quota is spent', async () => {
     const w = await createTestWorkspace(ts, { monthlyTokenQuota: 30 });

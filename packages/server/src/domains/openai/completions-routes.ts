@@ -4,7 +4,8 @@ import type { ServerDeps } from '../../context.js';
 import { AppError, appError } from '../../errors/index.js';
 import { jsonReader, readJsonBody } from '../../http/json-body.js';
 import { isAbortError } from '../../providers/abort.js';
-import type { ModelInfo } from '../../providers/llm.js';
+import type { LlmMessage, ModelInfo, ToolCallDelta } from '../../providers/llm.js';
+import { EarlyCall } from '../chat/early-call.js';
 import { chatStreamWindowMs } from '../chat/routes.js';
 import { type ChatParse, ChatService, type PreparedChat } from '../chat/service.js';
 import { agentCompletion } from './agent-routes.js';
@@ -53,6 +54,38 @@ export function completionsHandler(deps: ServerDeps) {
     let prepared: PreparedChat;
     let request: CompletionRequest | undefined;
     let refused: OpenAiError | undefined;
+    const progress = { textChars: 0, started: false };
+    /** The upstream call of a parsed request (`onTool`: each tool-call fragment as it comes). */
+    const call = (
+      r: CompletionRequest,
+      model: ModelInfo,
+      messages: LlmMessage[],
+      onText: (t: string) => void,
+      onTool: (d: ToolCallDelta) => void,
+    ) =>
+      deps.llm.streamText(
+        {
+          model,
+          messages,
+          signal: ac.signal,
+          ...(r.temperature !== undefined ? { temperature: r.temperature } : {}),
+          ...(r.maxTokens !== undefined ? { maxTokens: r.maxTokens } : {}),
+          passthrough: r.passthrough,
+        },
+        onText,
+        progress,
+        { coalesce: true, onToolCallDelta: onTool },
+      );
+    // The upstream call, when started before the admission answered (`EarlyCall`).
+    let early: EarlyCall | undefined;
+    const startEarly = (input: { model: ModelInfo; messages: LlmMessage[] }) => {
+      const r = request;
+      if (!r) return;
+      early = new EarlyCall(
+        (onText, onTool) => call(r, input.model, input.messages, onText, onTool),
+        () => ac.abort(),
+      );
+    };
     try {
       const apiKey = requireApiKey(req);
       const { body, error } = await readJsonBody(reader, req, res);
@@ -95,52 +128,45 @@ export function completionsHandler(deps: ServerDeps) {
           req.principal = p;
         },
         how,
+        startEarly,
       ));
     } catch (err) {
+      // A refused request's early call is aborted; nothing of it reaches the client.
+      void early?.cancel();
       const bodyRefused = refused && err instanceof AppError && err.key === 'INVALID_REQUEST_BODY';
       sendOpenAiError(res, bodyRefused ? refused : err);
       return;
     }
     const r = request as CompletionRequest;
     const headers = withOpenAiRateHeaders(prepared.headers);
-    const progress = { textChars: 0, started: false };
     let toolChars = 0;
     let status: 'success' | 'error' | 'aborted' = 'success';
     let usage: { inputTokens: number; outputTokens: number } | undefined;
     const writer = r.stream ? new ChunkWriter(res, r.model, r.includeUsage, headers, windowMs) : undefined;
     if (clientGone) {
-      // Gone before the model was called: nothing was sent upstream; only the quota
-      // reservation, if one was taken, is given back (through an empty usage record).
-      if (!prepared.reservationId) return;
+      // Gone before the model's output was due: a call started early is aborted and what the
+      // model produced meanwhile is recorded; otherwise nothing was sent upstream and only the
+      // quota reservation, if one was taken, is given back (through an empty usage record).
+      if (!early && !prepared.reservationId) return;
+      await early?.cancel();
       status = 'aborted';
     } else {
       try {
         let text = '';
-        const result = await deps.llm.streamText(
-          {
-            model: prepared.model,
-            messages: prepared.messages,
-            signal: ac.signal,
-            ...(r.temperature !== undefined ? { temperature: r.temperature } : {}),
-            ...(r.maxTokens !== undefined ? { maxTokens: r.maxTokens } : {}),
-            passthrough: r.passthrough,
-          },
-          writer
-            ? (t) => {
-                if (!clientGone) writer.text(t);
-              }
-            : (t) => {
-                text += t;
-              },
-          progress,
-          {
-            coalesce: true,
-            onToolCallDelta: (d) => {
-              toolChars += (d.name?.length ?? 0) + (d.arguments?.length ?? 0);
-              if (writer && !clientGone) writer.toolDelta(d);
-            },
-          },
-        );
+        const onText = writer
+          ? (t: string) => {
+              if (!clientGone) writer.text(t);
+            }
+          : (t: string) => {
+              text += t;
+            };
+        const onTool = (d: ToolCallDelta) => {
+          toolChars += (d.name?.length ?? 0) + (d.arguments?.length ?? 0);
+          if (writer && !clientGone) writer.toolDelta(d);
+        };
+        const result = early
+          ? await early.release(onText, onTool)
+          : await call(r, prepared.model, prepared.messages, onText, onTool);
         usage = result.usage.estimated ? undefined : result.usage;
         if (clientGone) status = 'aborted';
         else {
