@@ -142,6 +142,30 @@ describe('batched key admissions', () => {
     expect(Number(row?.reserved)).toBe(1000);
   });
 
+  it('a batch statement that fails admits each of its requests on its own', async () => {
+    const ws = await createTestWorkspace(ts);
+    const sql = ts.server.deps.db.sql;
+    let failed = 0;
+    // The real pool, with the batch statement failing (as a lost connection would fail it).
+    const faulty: SqlExecutor = {
+      execute: <T>(q: string, params?: unknown[]) => {
+        if (q.includes('as r(i int, key_hash text, admit boolean)')) {
+          failed++;
+          return Promise.reject(new Error('connection lost'));
+        }
+        return sql.execute<T>(q, params);
+      },
+    };
+    const batcher = new AdmissionBatcher(() => faulty, rules({ limit: 30, windowSeconds: WINDOW }));
+    const results = (await Promise.all(
+      Array.from({ length: 40 }, () => batcher.admit(hashApiKey(ws.apiKey), 'chat', true, 1)),
+    )) as KeyAdmission[];
+    expect(failed).toBeGreaterThan(0);
+    const seen = results.map((a) => hitsOf(a, 30)).sort((a, b) => a - b);
+    expect(seen.slice(0, 30)).toEqual(Array.from({ length: 30 }, (_, i) => i + 1));
+    expect(seen.slice(30).every((h) => h === 31)).toBe(true);
+  });
+
   it('refuses a revoked key and a suspended workspace in a batch', async () => {
     const revoked = await createTestWorkspace(ts);
     const suspended = await createTestWorkspace(ts);

@@ -159,9 +159,9 @@ export class AdmissionBatcher {
     const run =
       batch.length === 1
         ? this.one(bucket, batch[0] as Pending)
-        : this.many(bucket, batch).catch((err: unknown) => {
-            for (const p of batch) p.reject(err);
-          });
+        : // A failed batch statement changed nothing (one statement commits whole or not at all):
+          // each request is admitted again on its own, so one request's failure stays its own.
+          this.many(bucket, batch).catch(() => Promise.all(batch.map((p) => this.one(bucket, p))));
     void run.finally(() => {
       q.inFlight--;
       this.next(bucket, q);
