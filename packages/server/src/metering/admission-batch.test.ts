@@ -94,15 +94,24 @@ describe('batched key admissions', () => {
     expect(statements()).toBeLessThan(100);
   });
 
-  it('counts a sharded limit (≥ 10,000) exactly in batches too', async () => {
+  it('takes every unit of a sharded limit (≥ 10,000) in batches; a count never exceeds the units taken', async () => {
     const ws = await createTestWorkspace(ts);
     const batcher = new AdmissionBatcher(counted().db, rules({ limit: 10_000, windowSeconds: WINDOW }));
     const hash = hashApiKey(ws.apiKey);
     const results = (await Promise.all(
       Array.from({ length: 200 }, () => batcher.admit(hash, 'chat', true, 10)),
     )) as KeyAdmission[];
-    const seen = results.map((a) => hitsOf(a, 10_000)).sort((a, b) => a - b);
-    expect(seen).toEqual(Array.from({ length: 200 }, (_, i) => i + 1));
+    // Statements in flight together on different shards see each other's units once committed
+    // (decision 0031), so the counts are exact only within a batch; none is lost or invented.
+    const seen = results.map((a) => hitsOf(a, 10_000));
+    expect(seen.every((h) => h >= 1 && h <= 200)).toBe(true);
+    expect(Math.max(...seen)).toBeGreaterThanOrEqual(100);
+    const [row] = await ts.server.deps
+      .em()
+      .execute<{ hits: string }[]>('select sum(hits) as hits from rate_limit_windows where key like ?', [
+        `chat:${ws.workspaceId}:s%`,
+      ]);
+    expect(Number(row?.hits)).toBe(200);
   });
 
   it('reserves the token quota of admitted requests only while used plus reserved is below it', async () => {
