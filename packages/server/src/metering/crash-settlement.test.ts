@@ -188,11 +188,14 @@ describe('kill -9 mid-stream', { timeout: 600_000 }, () => {
         { timeout: 120_000, interval: 200 },
       )
       .toBe(0);
-    const recs = await query<{ provider_status: string; output_tokens: string; cost_micros: string }>(
-      'select provider_status, output_tokens, cost_micros from usage_records where request_id = $1',
-      [requestId],
-    );
-    expect(recs).toHaveLength(1);
+    // The sweep writes the usage record in a statement after the one that deletes the hold.
+    const records = () =>
+      query<{ provider_status: string; output_tokens: string; cost_micros: string }>(
+        'select provider_status, output_tokens, cost_micros from usage_records where request_id = $1',
+        [requestId],
+      );
+    await expect.poll(async () => (await records()).length, { timeout: 30_000, interval: 200 }).toBe(1);
+    const recs = await records();
     const rec = recs[0] as { provider_status: string; output_tokens: string; cost_micros: string };
     expect(rec.provider_status).toBe('aborted');
     const billed = Number(rec.output_tokens);
