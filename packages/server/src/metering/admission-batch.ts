@@ -1,6 +1,6 @@
 import { TOUCH_API_KEY_CTE } from '../auth/api-keys.js';
 import type { SqlExecutor } from '../db/sql.js';
-import { admissionOf, admitKeyRequest, reserveQuota } from './admission.js';
+import { type AdmissionRow, admissionOf, admitKeyRequest, reserveQuota } from './admission.js';
 import { CYCLE_START_SQL } from './cycle.js';
 import {
   RATE_LIMIT_SHARDS,
@@ -36,17 +36,7 @@ interface Queue {
   inFlight: number;
 }
 
-interface BatchRow {
-  i: number;
-  id: string;
-  name: string | null;
-  workspace_id: string;
-  workspace_name: string;
-  quota: string | null;
-  cs: Date | string;
-  hits: number | null;
-  reset_in: string | number | null;
-}
+type BatchRow = AdmissionRow & { i: number };
 
 /**
  * The admission statement of `admitKeyRequest` for several requests of one bucket at once,

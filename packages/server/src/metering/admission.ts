@@ -29,6 +29,18 @@ const reservationCtes = (where: string) => `res as (
            from res
        )`;
 
+/** What an admission statement answers for a request whose key resolved. */
+export interface AdmissionRow {
+  id: string;
+  name: string | null;
+  workspace_id: string;
+  workspace_name: string;
+  quota: string | null;
+  cs: Date | string;
+  hits: number | null;
+  reset_in: string | number | null;
+}
+
 /**
  * The up-front checks of a token-metered API-key request (`POST /chat`) in ONE statement:
  * resolves the key (active key of an active workspace; refreshes `last_used_at` at most once
@@ -54,19 +66,7 @@ export async function admitKeyRequest(
   const w = rule?.windowSeconds ?? 60;
   const sharded = shardedRateLimit(limited, rule?.limit ?? 0);
   const reservationId = randomUUID();
-  const rows = await db().execute<
-    {
-      id: string;
-      name: string | null;
-      workspace_id: string;
-      workspace_name: string;
-      quota: string | null;
-      cs: Date | string;
-      hits: number | null;
-      reset_in: string | number | null;
-      reserved: boolean;
-    }[]
-  >(
+  const rows = await db().execute<(AdmissionRow & { reserved: boolean })[]>(
     `with async_commit as (select set_config('synchronous_commit', 'off', true) as v), k as (
          select k.id, k.name, k.workspace_id, w.name as workspace_name,
                 w.monthly_token_quota as quota, ${CYCLE_START_SQL('w.billing_cycle_anchor')} as cs
@@ -99,16 +99,7 @@ export async function admitKeyRequest(
  * without a reservation is refused by `quota()`.
  */
 export function admissionOf(
-  row: {
-    id: string;
-    name: string | null;
-    workspace_id: string;
-    workspace_name: string;
-    quota: string | null;
-    cs: Date | string;
-    hits: number | null;
-    reset_in: string | number | null;
-  },
+  row: AdmissionRow,
   o: {
     limited: boolean;
     rule: RateLimitRule | undefined;

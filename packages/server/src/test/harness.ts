@@ -158,6 +158,32 @@ export async function createTestWorkspace(
   return { workspaceId: ws.id, apiKey: key, keyId: apiKey.id };
 }
 
+/**
+ * PostgreSQL server only: holds the row of `workspaceId`'s `chat` rate-limit window locked from
+ * another connection, so that the workspace's admission statements wait until `release()` (idempotent)
+ * (PGlite runs every connection in one session, where nothing waits for a lock).
+ */
+export async function lockChatRateLimitRow(
+  ts: TestServer,
+  workspaceId: string,
+): Promise<{ release: () => Promise<void> }> {
+  const client = new pg.Client({ connectionString: ts.db.databaseUrl });
+  await client.connect();
+  await client.query('begin');
+  await client.query('select * from rate_limit_windows where key = $1 for update', [`chat:${workspaceId}`]);
+  let released: Promise<void> | undefined;
+  return {
+    // Once, however often it is called (a test's own call, then its `finally`).
+    release: () => {
+      released ??= client.query('commit').then(
+        () => client.end(),
+        () => client.end(),
+      );
+      return released;
+    },
+  };
+}
+
 export interface TestSession {
   userId: string;
   email: string;

@@ -1,9 +1,9 @@
 import http from 'node:http';
-import pg from 'pg';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import {
   createTestWorkspace,
   fakeOpenAIEnv,
+  lockChatRateLimitRow,
   startTestServer,
   startTestServerWithFakeModel,
   type TestServer,
@@ -465,13 +465,8 @@ describe('POST /chat metering', () => {
       await warm.text();
       ts.fake.reset();
       ts.fake.script({ text: ['early', ' bird'], usage: { prompt_tokens: 3, completion_tokens: 2 } });
-      const lock = new pg.Client({ connectionString: ts.db.databaseUrl });
-      await lock.connect();
+      const lock = await lockChatRateLimitRow(ts, w.workspaceId);
       try {
-        await lock.query('begin');
-        await lock.query('select * from rate_limit_windows where key = $1 for update', [
-          `chat:${w.workspaceId}`,
-        ]);
         let answered = false;
         const pending = chat({ messages: [{ role: 'user', content: 'hi' }] }, w.apiKey).then((r) => {
           answered = true;
@@ -481,7 +476,7 @@ describe('POST /chat metering', () => {
         await ts.fake.waitForRequests(1);
         await expect.poll(() => ts.fake.requests[0]?.completed).toBe(true);
         expect(answered).toBe(false);
-        await lock.query('commit');
+        await lock.release();
         const res = await pending;
         expect(res.status).toBe(200);
         expect(res.headers.get('ratelimit-remaining')).toBe('998');
@@ -489,7 +484,7 @@ describe('POST /chat metering', () => {
         const row = await usageFor(res.headers.get('x-request-id') as string);
         expect([row.input_tokens, row.output_tokens, row.provider_status]).toEqual(['3', '2', 'success']);
       } finally {
-        await lock.end();
+        await lock.release();
       }
     },
   );

@@ -2,12 +2,12 @@ import http from 'node:http';
 import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
 import { generateText, streamText } from 'ai';
 import OpenAI from 'openai';
-import pg from 'pg';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import {
   createTestSession,
   createTestWorkspace,
   fakeOpenAIEnv,
+  lockChatRateLimitRow,
   startTestServer,
   startTestServerWithFakeModel,
   type TestWorkspace,
@@ -484,13 +484,8 @@ describe('errors in OpenAI’s shape, costing nothing', () => {
         toolCalls: [{ id: 'call_early', name: 'lookup', arguments: '{"q":"early"}' }],
         usage: { prompt_tokens: 4, completion_tokens: 6 },
       });
-      const lock = new pg.Client({ connectionString: ts.db.databaseUrl });
-      await lock.connect();
+      const lock = await lockChatRateLimitRow(ts, w.workspaceId);
       try {
-        await lock.query('begin');
-        await lock.query('select * from rate_limit_windows where key = $1 for update', [
-          `chat:${w.workspaceId}`,
-        ]);
         let answered = false;
         const pending = c.chat.completions
           .create({
@@ -507,7 +502,7 @@ describe('errors in OpenAI’s shape, costing nothing', () => {
         await ts.fake.waitForRequests(1);
         await expect.poll(() => ts.fake.requests[0]?.completed).toBe(true);
         expect(answered).toBe(false);
-        await lock.query('commit');
+        await lock.release();
         const chunks: OpenAI.Chat.Completions.ChatCompletionChunk[] = [];
         for await (const chunk of await pending) chunks.push(chunk);
         expect(chunks[0]?.choices[0]?.delta.role).toBe('assistant');
@@ -518,7 +513,7 @@ describe('errors in OpenAI’s shape, costing nothing', () => {
         expect(chunks.at(-2)?.choices[0]?.finish_reason).toBe('tool_calls');
         expect(chunks.at(-1)?.usage).toEqual({ prompt_tokens: 4, completion_tokens: 6, total_tokens: 10 });
       } finally {
-        await lock.end();
+        await lock.release();
       }
     },
   );
